@@ -1,0 +1,38 @@
+# CS349E lecture 7: PagedAttention assignment. Every target bootstraps .venv from requirements.txt.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+IMPL   ?= starter
+PART   ?=
+SUBMISSION ?= solution/paged_kv.py
+
+.PHONY: help test demo submit handout grade batch autograder check selftest bench clean
+
+help:
+	@echo "make check                 all of the project's own tests (what CI runs)"
+	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write]"
+	@echo "make demo [IMPL=dir]       the lecture's four demos on an implementation"
+	@echo "make submit                build/submission.zip from starter/paged_kv.py"
+	@echo "make handout               build/handout.zip for students"
+	@echo "make grade [SUBMISSION=f]  grade one submission (default: the reference)"
+	@echo "make batch DIR=d [JOBS=2]  grade a folder of submissions into build/gradebook.csv"
+	@echo "make autograder            build/autograder.zip for Gradescope"
+	@echo "make selftest              grade the mutants, correct variants and hostile submissions"
+	@echo "make bench                 the benchmarks reported in the issues"
+
+$(VENV)/.ready: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+demo: $(VENV)/.ready
+	$(PY) lab/demo.py --impl $(IMPL)
+
+bench: $(VENV)/.ready
+	$(PY) bench/run.py
+
+check: $(VENV)/.ready
+	$(PY) -m pytest checks -q
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,215 @@
+"""PagedAttention for the TINY transformer: reference solution (course staff only).
+
+Part 1 BlockPool: a refcounted pool of fixed-size KV blocks, lowest free block first.
+Part 2 PagedSequence + paged_step: K/V written and read through a block table.
+Part 3 blockwise_attention: the vLLM paper's eq. 4, one block at a time.
+Part 4 fork + lazy copy-on-write in reserve.
+"""
+import heapq
+import math
+import numbers
+
+import numpy as np
+
+from decoding import beam_search, parallel_sample  # noqa: F401  (re-exported for the lecture script)
+from transformer_lab import attention_core, attn_out, embed, qkv, unembed
+
+
+def _as_int(x, what):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise ValueError(f"{what} must be an integer, got {type(x).__name__}")
+    return int(x)
+
+
+# ---------------------------------------------------------------- Part 1: the block allocator
+class BlockPool:
+    def __init__(self, cfg, n_blocks, block_size):
+        n_blocks = _as_int(n_blocks, "n_blocks")
+        block_size = _as_int(block_size, "block_size")
+        if n_blocks < 1 or block_size < 1:
+            raise ValueError(f"need n_blocks >= 1 and block_size >= 1, got {n_blocks}, {block_size}")
+        self.cfg, self.n_blocks, self.block_size = cfg, n_blocks, block_size
+        shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
+        self.k = np.zeros(shape)
+        self.v = np.zeros(shape)
+        self.n_copies = 0
+        self.peak_used = 0
+        self._ref = [0] * n_blocks
+        self._free = list(range(n_blocks))          # a min-heap: alloc pops the lowest id
+        self._used = 0
+
+    @property
+    def n_used(self):
+        return self._used
+
+    @property
+    def n_free(self):
+        return self.n_blocks - self._used
+
+    def _in_use(self, b):
+        b = _as_int(b, "block id")
+        if not 0 <= b < self.n_blocks:
+            raise ValueError(f"block id {b} is outside [0, {self.n_blocks})")
+        if self._ref[b] == 0:
+            raise ValueError(f"block {b} is free")
+        return b
+
+    def alloc(self):
+        if not self._free:
+            raise MemoryError(f"all {self.n_blocks} blocks are in use")
+        b = heapq.heappop(self._free)
+        self._ref[b] = 1
+        self._used += 1
+        self.peak_used = max(self.peak_used, self._used)
+        return b
+
+    def incref(self, b):
+        self._ref[self._in_use(b)] += 1
+
+    def decref(self, b):
+        b = self._in_use(b)
+        self._ref[b] -= 1
+        if self._ref[b] == 0:
+            self._used -= 1
+            heapq.heappush(self._free, b)
+
+    def refcount(self, b):
+        b = _as_int(b, "block id")
+        if not 0 <= b < self.n_blocks:
+            raise ValueError(f"block id {b} is outside [0, {self.n_blocks})")
+        return self._ref[b]
+
+    def copy_block(self, b):
+        b = self._in_use(b)
+        new = self.alloc()
+        self.k[:, new] = self.k[:, b]
+        self.v[:, new] = self.v[:, b]
+        self.n_copies += 1
+        return new
+
+
+# ---------------------------------------------------------------- Part 2: paged KV and the step
+class PagedSequence:
+    def __init__(self, pool):
+        self.pool = pool
+        self.blocks = []
+        self.length = 0
+
+    def _needs_copy(self):
+        """Copy-on-write is due: the last block is partly filled and someone else holds it too."""
+        return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1
+
+    def _new_blocks(self, n):
+        return max(0, math.ceil((self.length + n) / self.pool.block_size) - len(self.blocks))
+
+    def reserve(self, n):
+        n = _as_int(n, "n")
+        if n < 1:
+            raise ValueError(f"reserve needs n >= 1, got {n}")
+        need = int(self._needs_copy()) + self._new_blocks(n)
+        if need > self.pool.n_free:
+            raise MemoryError(f"need {need} blocks, {self.pool.n_free} free")
+        if self._needs_copy():
+            shared = self.blocks[-1]
+            self.blocks[-1] = self.pool.copy_block(shared)
+            self.pool.decref(shared)
+        for _ in range(self._new_blocks(n)):
+            self.blocks.append(self.pool.alloc())
+
+    def _slots(self, start, T):
+        pos = np.arange(start, start + T)
+        return np.asarray(self.blocks, dtype=np.int64)[pos // self.pool.block_size], pos % self.pool.block_size
+
+    def write(self, layer, start, k, v):
+        b, s = self._slots(start, len(k))
+        self.pool.k[layer, b, s] = k
+        self.pool.v[layer, b, s] = v
+
+    def read(self, layer, length):
+        b, s = self._slots(0, length)
+        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]
+
+    def fork(self):
+        child = PagedSequence(self.pool)
+        for b in self.blocks:
+            self.pool.incref(b)
+        child.blocks, child.length = list(self.blocks), self.length
+        return child
+
+    def free(self):
+        for b in self.blocks:
+            self.pool.decref(b)
+        self.blocks, self.length = [], 0
+
+
+def _check_chunk(cfg, seq, chunk):
+    arr = np.asarray(chunk)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"a chunk must be a non-empty 1-D list of token ids, got shape {arr.shape}")
+    if arr.dtype == object:
+        arr = np.array([_as_int(t, "token id") for t in arr], dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+    if arr.min() < 0 or arr.max() >= cfg.vocab:
+        raise ValueError(f"token ids must lie in [0, {cfg.vocab})")
+    if seq.length + arr.size > cfg.max_len:
+        raise ValueError(f"{seq.length} + {arr.size} tokens would pass max_len={cfg.max_len}")
+    return arr.astype(np.int64)
+
+
+def _blocks_needed(seqs, chunks):
+    """Exact block demand of a step per pool: new blocks plus copy-on-write copies, where n holders
+    of a shared partial block in this step make min(n, refcount - 1) copies (the last writes in place)."""
+    need, sharers = {}, {}
+    for seq, chunk in zip(seqs, chunks):
+        pool = seq.pool
+        need[id(pool)] = need.get(id(pool), 0) + seq._new_blocks(len(chunk))
+        if seq.length % pool.block_size:
+            key = (id(pool), seq.blocks[-1])
+            sharers[key] = sharers.get(key, 0) + 1
+    pools = {id(s.pool): s.pool for s in seqs}
+    for (pid, b), n in sharers.items():
+        need[pid] += min(n, pools[pid].refcount(b) - 1)
+    return [(pools[pid], n) for pid, n in need.items()]
+
+
+def paged_step(params, cfg, seqs, chunks):
+    """Advance every sequence by its chunk; returns one [len(chunk), vocab] logits array each."""
+    seqs, chunks = list(seqs), list(chunks)
+    if len(seqs) != len(chunks):
+        raise ValueError(f"{len(seqs)} sequences but {len(chunks)} chunks")
+    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]
+    for pool, n in _blocks_needed(seqs, chunks):
+        if n > pool.n_free:
+            raise MemoryError(f"this step needs {n} blocks, the pool has {pool.n_free} free")
+    for seq, chunk in zip(seqs, chunks):
+        seq.reserve(len(chunk))
+    out = []
+    for seq, chunk in zip(seqs, chunks):
+        start, T = seq.length, len(chunk)
+        x = embed(params, cfg, chunk, start)
+        for layer in range(cfg.n_layers):
+            q, k, v = qkv(params, cfg, layer, x)
+            seq.write(layer, start, k, v)
+            K, V = seq.read(layer, start + T)
+            x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))
+        seq.length = start + T
+        out.append(unembed(params, cfg, x))
+    return out
+
+
+# ---------------------------------------------------------------- Part 3: blockwise attention
+def blockwise_attention(q, seq, layer):
+    """q [H, Dh] attends to every position of `seq`, one block at a time (paper eq. 4)."""
+    L, B = seq.length, seq.pool.block_size
+    if L < 1:
+        raise ValueError("blockwise_attention needs a sequence of length >= 1")
+    scores, values = [], []
+    for i in range(-(-L // B)):
+        b, m = seq.blocks[i], min(B, L - i * B)
+        scores.append(np.einsum("hd,mhd->hm", q, seq.pool.k[layer, b, :m]) / np.sqrt(q.shape[-1]))
+        values.append(seq.pool.v[layer, b, :m])
+    top = np.max([s.max(axis=-1) for s in scores], axis=0)[:, None]     # one softmax over all blocks
+    weights = [np.exp(s - top) for s in scores]
+    total = np.sum([w.sum(axis=-1) for w in weights], axis=0)[:, None]
+    return np.sum([np.einsum("hm,mhd->hd", w / total, v) for w, v in zip(weights, values)], axis=0)
