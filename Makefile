@@ -28,6 +28,21 @@ $(VENV)/.ready: requirements.txt
 demo: $(VENV)/.ready
 	$(PY) lab/demo.py --impl $(IMPL)
 
+# ---- grading (staff)
+grade: $(VENV)/.ready
+	$(PY) -m grader $(SUBMISSION) --results build/results.json
+
+DIR  ?= submissions
+JOBS ?= 2
+batch: $(VENV)/.ready
+	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv
+
+autograder: $(VENV)/.ready
+	$(PY) -m grader.gradescope.build build/autograder.zip
+
+selftest: $(VENV)/.ready
+	$(PY) -m grader.selftest.run --jobs $(JOBS)
+
 bench: $(VENV)/.ready
 	$(PY) bench/run.py
 
