@@ -1,0 +1,37 @@
+"""python -m grader SUBMISSION [--results PATH] | python -m grader batch DIR [--jobs N] [--csv PATH]"""
+import argparse
+import sys
+
+from grader.grade import GraderBroken, grade, seed_for
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["batch"]:
+        from grader.batch import main as batch_main
+        return batch_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m grader", description="Grade one paged_kv.py submission.")
+    ap.add_argument("submission", help="a paged_kv.py file, or a folder holding one")
+    ap.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    ap.add_argument("--seed", type=int, help="seed of the hidden inputs (default: from --metadata, else 0)")
+    ap.add_argument("--metadata", default="/autograder/submission_metadata.json",
+                    help="Gradescope's submission_metadata.json (for the per-student seed)")
+    ap.add_argument("--job", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
+                    help="run the submission as an unprivileged user in namespaces (auto: when root)")
+    ap.add_argument("--quiet", action="store_true", help="no terminal table")
+    args = ap.parse_args(argv)
+    try:
+        grade(args.submission, args.results, seed=seed_for(args.metadata, args.seed), job=args.job,
+              isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet)
+    except FileNotFoundError as e:
+        print(f"grader: {e}", file=sys.stderr)
+        return 2
+    except GraderBroken as e:
+        print(f"grader: the grader itself failed, not the submission: {e}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""A pytest plugin that records, for every hidden case, its check and whether it passed.
+
+Positive evidence only: a case counts as passed when its call phase reported "passed". Anything
+else (failed, skipped, errored in setup, never run) is a failure.
+"""
+
+
+class Collector:
+    def __init__(self):
+        self.checks = {}        # nodeid -> check id, for every collected case
+        self.outcomes = {}      # nodeid -> (passed, message)
+        self.errors = []        # problems of the grader itself (collection errors)
+
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            marker = item.get_closest_marker("check")
+            if marker:
+                self.checks[item.nodeid] = marker.args[0]
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append(f"collecting {report.nodeid}: {report.longreprtext[-2000:]}")
+
+    def pytest_runtest_logreport(self, report):
+        if report.nodeid not in self.checks:
+            return
+        if report.when == "call" or report.outcome != "passed":
+            passed = report.when == "call" and report.outcome == "passed"
+            if report.nodeid not in self.outcomes or not passed:
+                self.outcomes[report.nodeid] = (passed, "" if passed else _message(report))
+
+    def by_check(self):
+        """check id -> [(passed, message)] over its collected cases; a case that never reported fails."""
+        out = {}
+        for nodeid, check in self.checks.items():
+            out.setdefault(check, []).append(self.outcomes.get(nodeid, (False, "this case did not run")))
+        return out
+
+
+def _message(report):
+    if report.skipped:
+        return "this case was skipped"
+    text = report.longreprtext.strip()
+    if report.when != "call":
+        return f"grader error while setting up this case: {text.splitlines()[-1] if text else ''}"
+    return text[-4000:]

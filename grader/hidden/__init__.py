@@ -1,0 +1,1 @@
+"""Hidden suites: the public scenarios on other inputs, judged against the reference."""

@@ -1,0 +1,149 @@
+"""Machinery of the hidden suites.
+
+Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
+id -> judge(case, expected, got) -> message or None). Every case becomes one pytest item marked with
+its check. All cases of a check go to the sandbox in ONE call (the `batch` scenario), prefetched two
+checks at a time as soon as collection ends; the reference answers the same calls here, in the
+trusted process. The submission's code never runs in this process.
+"""
+import hashlib
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import scenarios
+from grader import rubric
+from grader.hidden.compare import first_mismatch
+from grader.sandbox import DEFAULT_DEADLINE, Sandbox
+
+CALLS_AT_ONCE = 2          # the machines have 2 cores
+DEADLINE_PER_REF_SECOND = 40.0   # a correct solution 10x slower than the reference still fits, 4x over
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("grader")
+    g.addoption("--submission", help="the paged_kv.py to grade")
+    g.addoption("--seed", type=int, default=0, help="seeds the hidden inputs (per student)")
+    g.addoption("--job", type=int, default=0, help="index of this grading job among parallel ones")
+    g.addoption("--isolate", default="auto", choices=("auto", "yes", "no"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "check(id): the rubric check a case belongs to")
+    config.grading = None
+
+
+def rng_for(seed, check_id):
+    """Independent inputs per check: a new check never shifts the inputs of another."""
+    digest = hashlib.sha256(f"cs349e-l7:{seed}:{check_id}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def pytest_generate_tests(metafunc):
+    if "case" not in metafunc.fixturenames:
+        return
+    plans = getattr(metafunc.module, "PLANS")
+    seed = metafunc.config.getoption("--seed")
+    params = []
+    for check_id, plan in plans.items():
+        assert check_id in rubric.CHECKS, f"{check_id} is not in the rubric"
+        cases = plan(rng_for(seed, check_id))
+        _all_plans(metafunc.config)[check_id] = cases
+        for i, case in enumerate(cases):
+            params.append(pytest.param((check_id, i), id=f"{check_id}[{i}]", marks=pytest.mark.check(check_id)))
+    metafunc.parametrize("case", params)
+
+
+def _all_plans(config):
+    if not hasattr(config, "grading_plans"):
+        config.grading_plans = {}
+    return config.grading_plans
+
+
+class Grading:
+    """The reference's answers (computed here) and the submission's (from the sandbox), per check."""
+
+    def __init__(self, config):
+        import paged_kv as reference          # grader.grade put the reference on sys.path
+        self.reference = reference
+        self.plans = _all_plans(config)
+        self.expected, self.ref_seconds, self.futures = {}, {}, {}
+        isolate = {"auto": None, "yes": True, "no": False}[config.getoption("--isolate")]
+        job = config.getoption("--job")
+        self.sandboxes = queue.Queue()
+        for i in range(CALLS_AT_ONCE):
+            self.sandboxes.put(Sandbox(config.getoption("--submission"), isolate=isolate, job=job * CALLS_AT_ONCE + i))
+        self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
+        for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
+            calls = [[c.scenario, c.inputs] for c in self.plans[check_id]]
+            start = time.perf_counter()
+            self.expected[check_id] = scenarios.batch(reference, calls)
+            deadline = max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * (time.perf_counter() - start))
+            self.futures[check_id] = self.executor.submit(self._call, calls, deadline)
+
+    def _call(self, calls, deadline):
+        box = self.sandboxes.get()
+        try:
+            return box.call("batch", {"calls": calls}, deadline=deadline)
+        finally:
+            self.sandboxes.put(box)
+
+    def answer(self, check_id, i):
+        """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
+        reply = self.futures[check_id].result()
+        if reply.status != "ok":
+            pytest.fail(_no_answer(reply), pytrace=False)
+        data = reply.data
+        if not isinstance(data, list) or len(data) != len(self.plans[check_id]):
+            pytest.fail("the worker's answer has the wrong form (was the scenario code tampered with?)", pytrace=False)
+        return self.expected[check_id][i], data[i]
+
+    def close(self):
+        self.executor.shutdown(wait=True)
+        while not self.sandboxes.empty():
+            self.sandboxes.get().close()
+
+
+def _no_answer(reply):
+    what = {"timeout": "did not finish in time (an infinite loop, or far too slow)",
+            "crashed": "crashed the worker process",
+            "raised": "raised an exception the contract does not allow here",
+            "bad_reply": "sent back something that is not a valid answer",
+            "import_error": "could not be imported"}.get(reply.status, reply.status)
+    return f"your code {what}: {reply.error}" if reply.error else f"your code {what}"
+
+
+def pytest_collection_finish(session):
+    if session.config.getoption("--submission") and _all_plans(session.config):
+        session.config.grading = Grading(session.config)
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "grading", None):
+        config.grading.close()
+
+
+@pytest.fixture
+def judge(request):
+    """Compare case i of a check with the reference; on a difference, fail with the explanation."""
+    grading = request.config.grading
+    judges = getattr(request.module, "JUDGES", {})
+
+    def run(case):
+        check_id, i = case
+        expected, got = grading.answer(check_id, i)
+        check = rubric.CHECKS[check_id]
+        plan_case = grading.plans[check_id][i]
+        message = judges.get(check_id, generic_judge)(plan_case, expected, got)
+        if message:
+            pytest.fail(f"{check.title} ({plan_case.name}):\n{message}\n"
+                        f"Read assignment.md, section \"{check.section}\".", pytrace=False)
+    return run
+
+
+def generic_judge(case, expected, got):
+    found = first_mismatch(expected, got)
+    return f"  {found[0]}: {found[1]}" if found else None

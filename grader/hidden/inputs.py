@@ -1,0 +1,99 @@
+"""Hidden inputs, drawn on the trusted side from a per-student seed: other Configs, block sizes from
+1 to 64 (not only powers of two), fragmented pools and random operation sequences. Where a script
+must stay meaningful (valid ids, steps that just fit), it is built by driving the reference."""
+from collections import namedtuple
+
+import numpy as np
+
+import paged_kv as reference
+import scenarios
+
+Case = namedtuple("Case", "name scenario inputs")   # one scenario call; `name` is shown in feedback
+
+ODD_BLOCK_SIZES = (1, 2, 3, 5, 6, 7, 9, 11, 13, 16, 17, 24, 31, 33, 48, 64)
+
+
+def pick(rng, seq):
+    return seq[int(rng.integers(len(seq)))]
+
+
+def random_config(rng, max_len=None):
+    """A small Config unlike TINY (shapes only matter for layout and exactness)."""
+    return {"vocab": int(rng.integers(20, 120)), "d_model": int(rng.integers(6, 26)),
+            "n_layers": int(rng.integers(1, 4)), "n_heads": int(rng.integers(1, 5)),
+            "d_head": int(rng.integers(2, 9)), "d_ff": int(rng.integers(8, 40)),
+            "max_len": int(max_len or rng.integers(96, 200))}
+
+
+def tokens(rng, n, cfg=None):
+    vocab = (cfg or {}).get("vocab", 256)
+    return [int(t) for t in rng.integers(0, vocab, n)]
+
+
+def replay(cfg, n_blocks, block_size, actions, param_seed=0):
+    """The reference's records for a sequence script (for building scripts that must fit exactly)."""
+    return scenarios.sequence_script(reference, cfg, param_seed, n_blocks, block_size, actions)
+
+
+def fragment(rng, n_blocks, keep):
+    """Pool actions that leave `keep` blocks held at scattered ids, so tables are not monotone."""
+    held = sorted(int(b) for b in rng.choice(n_blocks, size=keep, replace=False))
+    actions = [["alloc"] for _ in range(n_blocks)]
+    actions += [["decref", b] for b in rng.permutation(n_blocks).tolist() if b not in held]
+    return actions
+
+
+def pool_ops(rng, n_blocks, length, weights, cfg=None, block_size=4):
+    """A random allocator script, valid or deliberately not, chosen by watching the reference pool."""
+    pool = reference.BlockPool(scenarios.config(cfg), n_blocks, block_size)
+    kinds, p = zip(*weights.items())
+    p = np.array(p, dtype=float) / sum(p)
+    ops = []
+    for _ in range(length):
+        used = [b for b in range(n_blocks) if pool.refcount(b) > 0]
+        free = [b for b in range(n_blocks) if pool.refcount(b) == 0]
+        kind = kinds[int(rng.choice(len(kinds), p=p))]
+        if kind == "alloc":
+            op = ["alloc"]
+        elif kind in ("incref", "decref", "copy", "refcount") and used:
+            op = [kind, pick(rng, used)]
+        elif kind == "bad":
+            bad = [-1, n_blocks, n_blocks + 7, -n_blocks] + free
+            op = [pick(rng, ("incref", "decref", "copy", "refcount")), pick(rng, bad)]
+        else:
+            op = ["refcount", pick(rng, range(n_blocks))]
+        ops.append(op)
+        scenarios.attempt({"alloc": pool.alloc, "incref": pool.incref, "decref": pool.decref,
+                           "copy": pool.copy_block, "refcount": pool.refcount}[op[0]], *op[1:])
+    return ops
+
+
+def fits_exactly(cfg, n_blocks, block_size, prefix, step):
+    """Pad `prefix` with allocs so the pool has exactly the blocks `step` needs: returns the script that
+    just fits and the one that misses by a single block (found by replaying the reference)."""
+    free = replay(cfg, n_blocks, block_size, prefix)[-1]["n_free"] if prefix else n_blocks
+    for extra in range(free, -1, -1):
+        fits = prefix + [["alloc"]] * extra + [step]
+        if replay(cfg, n_blocks, block_size, fits)[-1]["error"] is None:
+            misses = prefix + [["alloc"]] * (extra + 1) + [step]
+            assert extra < free and replay(cfg, n_blocks, block_size, misses)[-1]["error"]["kind"] == "MemoryError"
+            return fits, misses
+    raise AssertionError("the step never fits: the plan is wrong")
+
+
+def script(name, actions, cfg=None, n_blocks=64, block_size=4, param_seed=0):
+    return Case(name, "sequence_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks,
+                                          "block_size": block_size, "actions": actions})
+
+
+def prefill_all(rng, lengths, cfg=None):
+    return [["new"] for _ in lengths] + [["step", list(range(len(lengths))), [tokens(rng, n, cfg) for n in lengths]]]
+
+
+def decodes(rng, n_seqs, steps, cfg=None):
+    """Decode steps over random subsets of the sequences, in random order."""
+    actions = []
+    for _ in range(steps):
+        idx = rng.permutation(n_seqs)[: int(rng.integers(1, n_seqs + 1))].tolist()
+        actions.append(["step", idx, [tokens(rng, 1, cfg) for _ in idx]])
+    return actions

@@ -1,0 +1,69 @@
+"""Part 3, blockwise attention, on storage and tables this suite builds itself (no allocator, no
+paged_step), compared with the reference to 1e-12."""
+from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, random_config
+from grader.hidden.judges import attention_judge
+
+
+def cases_of(rng, n_blocks, block_size, lengths, layers):
+    """Queries over random, non-monotone tables of just enough distinct blocks."""
+    out = []
+    for length, layer in zip(lengths, layers):
+        used = -(-length // block_size)
+        extra = int(rng.integers(0, 2)) if used < n_blocks else 0          # tables may hold a spare block
+        table = rng.choice(n_blocks, size=min(n_blocks, used + extra), replace=False).tolist()
+        out.append({"table": table, "length": int(length), "layer": int(layer), "q_seed": int(rng.integers(1 << 30))})
+    return out
+
+
+def attention(name, rng, cfg, n_blocks, block_size, lengths, layers):
+    return Case(name, "blockwise", {"cfg": cfg, "n_blocks": n_blocks, "block_size": block_size,
+                                    "seed": int(rng.integers(1 << 30)),
+                                    "cases": cases_of(rng, n_blocks, block_size, lengths, layers)})
+
+
+def plan_boundaries(rng):
+    cases = []
+    for B in (1, pick(rng, (2, 3, 5)), pick(rng, (4, 7, 9)), 16):
+        lengths = [k * B + d for k in (1, 2, 3) for d in (-1, 0, 1) if k * B + d >= 1]
+        cases.append(attention(f"block size {B}", rng, None, 3 * 3 + 4 + 2, B, lengths,
+                               rng.integers(0, 2, len(lengths))))
+    return cases
+
+
+def plan_tables_layers(rng):
+    cases = []
+    for B in (pick(rng, (3, 4, 6)), pick(rng, (8, 11))):
+        lengths = rng.integers(1, 12 * B, 8)
+        cases.append(attention(f"block size {B}", rng, None, 16, B, lengths, [0, 1] * 4))
+    return cases
+
+
+def plan_configs(rng):
+    cases = []
+    for i in range(3):
+        cfg = random_config(rng)
+        B = pick(rng, ODD_BLOCK_SIZES)
+        n_blocks = max(4, 200 // B)
+        lengths = rng.integers(1, min(n_blocks * B, 150), 5)
+        cases.append(attention(f"Config {i}, block size {B}", rng, cfg, n_blocks, B, lengths,
+                               rng.integers(0, cfg["n_layers"], 5)))
+    return cases
+
+
+def plan_empty(rng):
+    return [Case("length 0", "blockwise", {"cfg": None, "n_blocks": 4, "block_size": 4, "seed": 1,
+                                           "cases": [{"table": [], "length": 0, "layer": 0, "q_seed": 2},
+                                                     {"table": [2], "length": 0, "layer": 1, "q_seed": 3}]})]
+
+
+PLANS = {
+    "blockwise_attention.boundaries": plan_boundaries,
+    "blockwise_attention.tables_layers": plan_tables_layers,
+    "blockwise_attention.configs": plan_configs,
+    "blockwise_attention.empty": plan_empty,
+}
+JUDGES = dict.fromkeys(PLANS, attention_judge)
+
+
+def test_blockwise_attention(case, judge):
+    judge(case)

@@ -1,0 +1,20 @@
+"""From case outcomes to points, failing closed: a check of the rubric that reported no case scores
+0, and a check's points are shared equally among its cases."""
+from grader import rubric
+
+
+def score(by_check, default_message="did not run"):
+    """[{check, points, max, passed, failures}] in rubric order."""
+    rows = []
+    for check in rubric.CHECKS.values():
+        cases = by_check.get(check.id, [])
+        passed = sum(1 for ok, _ in cases if ok)
+        points = round(check.points * passed / len(cases), 2) if cases else 0.0
+        failures = [msg for ok, msg in cases if not ok] if cases else [default_message]
+        rows.append({"check": check, "points": points, "passed": passed, "cases": len(cases), "failures": failures})
+    return rows
+
+
+def part_totals(rows):
+    return {part: (round(sum(r["points"] for r in rows if r["check"].part == part), 2), rubric.part_points(part))
+            for part in rubric.PARTS}
