@@ -1,6 +1,8 @@
 """Grade one submission: find the file, check that it imports (in the sandbox), run the hidden suites
 with pytest in this trusted process (their scenario calls go to the sandbox), score, write results."""
+import contextlib
 import hashlib
+import io
 import json
 import os
 import sys
@@ -54,14 +56,16 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
         return _finish(results_path, score({}, why), f"{header}\n{why}", start, quiet)
     collector = Collector()
     args = [str(paths.HIDDEN), "-c", str(paths.HIDDEN / "pytest.ini"), "--rootdir", str(paths.HIDDEN),
-            "-q", "--no-header", "--tb=no", "-p", "no:terminal", "-p", "pytest_timeout",
+            "-q", "--no-header", "--tb=no", "-p", "pytest_timeout",
             "--submission", str(file), "--seed", str(seed), "--job", str(job),
             "--isolate", {None: "auto", True: "yes", False: "no"}[isolate]]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     import pytest
-    code = pytest.main(args, plugins=[collector])
+    with contextlib.redirect_stdout(io.StringIO()) as pytest_output:   # the table below says it better
+        code = pytest.main(args, plugins=[collector])
     if collector.errors or code not in (0, 1) or not collector.checks:
-        raise GraderBroken(f"the hidden suites did not run (pytest exit {code}): " + " | ".join(collector.errors))
+        raise GraderBroken(f"the hidden suites did not run (pytest exit {code}): " + " | ".join(collector.errors)
+                           + pytest_output.getvalue()[-3000:])
     missing = set(rubric.CHECKS) - set(collector.checks.values())
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")

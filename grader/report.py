@@ -16,8 +16,10 @@ MAX_FEEDBACK = 3        # failed cases shown per check; the rest are counted
 def feedback(row):
     if row["passed"] == row["cases"] and row["cases"]:
         return f"All {row['cases']} cases passed."
-    shown = row["failures"][:MAX_FEEDBACK]
-    more = len(row["failures"]) - len(shown)
+    distinct = list(dict.fromkeys(row["failures"]))          # one reason shared by many cases is said once
+    shown = [m if row["failures"].count(m) == 1 else f"{m}\n({row['failures'].count(m)} cases)"
+             for m in distinct[:MAX_FEEDBACK]]
+    more = len(distinct) - len(shown)
     head = f"{row['passed']} of {row['cases']} cases passed." if row["cases"] else ""
     tail = [f"(and {more} more failing cases)"] if more > 0 else []
     return "\n\n".join(filter(None, [head, *shown, *tail]))
@@ -63,8 +65,8 @@ def table(rows, summary):
             mark = "ok " if row["points"] == check.points else "FAIL"
             lines.append(f"  {mark} {row['points']:>5.2f}/{check.points:<2} {check.title}")
             if row["points"] != check.points:
-                first = feedback(row).splitlines()
-                lines += [f"         {line}" for line in first[:6]]
+                said = [line for line in feedback(row).splitlines() if line.strip()]
+                lines += [f"         {line}" for line in said[:4]]
     total = round(sum(r["points"] for r in rows), 2)
     lines += ["", f"{'TOTAL':<22} {total:>6.2f} / {rubric.TOTAL}"]
     return "\n".join(lines)

@@ -146,8 +146,8 @@ def _check_chunk(cfg, seq, chunk):
     arr = np.asarray(chunk)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"a chunk must be a non-empty 1-D list of token ids, got shape {arr.shape}")
-    if arr.dtype == object:
-        arr = np.array([_as_int(t, "token id") for t in arr], dtype=np.int64)
+    if arr.dtype == object:     # Python ints too large for int64: clamp to [-1, vocab], still rejected below
+        arr = np.array([min(max(_as_int(t, "token id"), -1), cfg.vocab) for t in arr], dtype=np.int64)
     if arr.dtype.kind not in "iu":
         raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
     if arr.min() < 0 or arr.max() >= cfg.vocab:

@@ -108,6 +108,8 @@ class Grading:
 
 
 def _no_answer(reply):
+    if reply.status == "raised" and reply.error.startswith("NotImplementedError"):
+        return "not implemented yet (your code raised NotImplementedError)"
     what = {"timeout": "did not finish in time (an infinite loop, or far too slow)",
             "crashed": "crashed the worker process",
             "raised": "raised an exception the contract does not allow here",
