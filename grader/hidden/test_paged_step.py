@@ -43,7 +43,7 @@ def plan_decode_batches(rng):
 def plan_tables(rng):
     cases = []
     for B in (pick(rng, (2, 3)), pick(rng, (4, 5, 7))):
-        n = 40
+        n = 64
         actions = fragment(rng, n, keep=int(rng.integers(8, 20)))
         actions += prefill_all(rng, [int(x) for x in rng.integers(1, 12, 3)]) + decodes(rng, 3, 8)
         actions += [["free", 1], ["new"], ["step", [3], [tokens(rng, int(rng.integers(6, 15)))]]]
@@ -72,7 +72,7 @@ def plan_all_or_nothing(rng):
         actions = [["new"], ["new"], ["step", [0], [tokens(rng, first)]]]
         # seq 0 fits, seq 1's prefill does not: the whole step must leave everything as it was
         actions += [["step", [0, 1], [tokens(rng, 1), tokens(rng, n * B)]]]
-        actions += [["fork", 0], ["fork", 0]]
+        actions += [["fork", 0], ["fork", 0], ["reserve", 2, (n - 2) * B], ["reserve", 1, (n - 1) * B]]
         actions += [["alloc"] for _ in range(n)]
         actions += [["step", [0, 2, 3], [tokens(rng, 1)] * 3], ["step", [1], [tokens(rng, B + 1)]]]
         actions += [["reserve", 1, n * B], ["decref", n - 1], ["step", [2], [tokens(rng, 1)]]]
@@ -100,12 +100,13 @@ def plan_bad_input(rng):
     V, L, B = small["vocab"], small["max_len"], pick(rng, (3, 4, 5))
     ok = tokens(rng, 3, small)
     actions = [["new"], ["new"], ["step", [0], [ok]],
-               ["step", [0, 1], [ok]], ["step", [0], [ok, ok]], ["step", [0], [[]]],
+               ["step", [0, 1], [ok]], ["step", [0], [ok, ok]], ["step", [0], [[]]], ["step", [0, 1], [ok, []], True],
                ["step", [0], [[0, -1]]], ["step", [0, 1], [ok, [V]]], ["step", [1], [[V + 50]]],
                ["step", [1], [[-V]]], ["step", [1], [[5, V - 1 + 1]], True],
                ["step", [0], [tokens(rng, L - 2, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
                ["step", [], []], ["step", [0], [tokens(rng, L - 3, small)], True],
-               ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True]]
+               ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True],
+               ["reserve", 1, 0], ["reserve", 1, -2], ["reserve", 1, 1]]
     full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]]] + [["alloc"]] * 8
     full += [["step", [1], [tokens(rng, B, small)]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
              ["step", [0], [tokens(rng, L, small)]], ["step", [0], [[V - 1]]]]
