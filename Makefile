@@ -25,8 +25,18 @@ $(VENV)/.ready: requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
+# ---- the students' workflow (tools/labtool.py: the same code as the handout's Makefile)
+test: $(VENV)/.ready
+	$(PY) tools/labtool.py test --impl $(IMPL) --part "$(PART)"
+
 demo: $(VENV)/.ready
 	$(PY) lab/demo.py --impl $(IMPL)
+
+submit: $(VENV)/.ready
+	$(PY) tools/labtool.py submit --impl $(IMPL) --out build/submission.zip
+
+handout: $(VENV)/.ready
+	$(PY) tools/build_handout.py --out build/handout.zip
 
 # ---- grading (staff)
 grade: $(VENV)/.ready

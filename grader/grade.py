@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,22 +44,25 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
         file = locate(submission)
     except SubmissionError as e:
         return _finish(results_path, score({}, str(e)), f"Not graded: {e}", start, quiet)
-    probe = Sandbox(file, isolate=isolate, job=job * 2)
+    hide = [os.path.dirname(os.path.abspath(results_path))] if results_path else []
+    probe = Sandbox(file, isolate=isolate, job=job * 2, hide=hide)
     try:
-        protections = probe.protections()
+        protections = [_stable(p) for p in probe.protections()]
         imported = probe.check_import()
     finally:
         probe.close()
     header = f"Graded {file.name} (seed {seed}). Isolation: {'; '.join(protections)}."
-    if imported.status != "ok":
-        why = f"paged_kv.py could not be imported: {imported.error or imported.status}. Fix this first: " \
-              f"`make test` shows the same problem."
+    missing = imported.data.get("missing") if imported.status == "ok" and isinstance(imported.data, dict) else None
+    if imported.status != "ok" or missing:
+        problem = f"it does not define {', '.join(missing)}" if missing else imported.error or imported.status
+        why = f"paged_kv.py cannot be graded: {problem}. Fix this first (start from the starter, which " \
+              f"defines every name): `make test` and `make submit` show the same problem."
         return _finish(results_path, score({}, why), f"{header}\n{why}", start, quiet)
     collector = Collector()
     args = [str(paths.HIDDEN), "-c", str(paths.HIDDEN / "pytest.ini"), "--rootdir", str(paths.HIDDEN),
             "-q", "--no-header", "--tb=no", "-p", "pytest_timeout",
             "--submission", str(file), "--seed", str(seed), "--job", str(job),
-            "--isolate", {None: "auto", True: "yes", False: "no"}[isolate]]
+            "--isolate", {None: "auto", True: "yes", False: "no"}[isolate], *(f"--hide={h}" for h in hide)]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     import pytest
     with contextlib.redirect_stdout(io.StringIO()) as pytest_output:   # the table below says it better
@@ -70,6 +74,12 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")
     return _finish(results_path, score(collector.by_check()), header, start, quiet)
+
+
+def _stable(protection):
+    """A protection as the report states it: without the uid or temp paths of this run, so grading the
+    same file twice gives the same results."""
+    return re.sub(r"\(mount namespace\): .*", "(mount namespace)", re.sub(r"uid \d+", "uid", protection))
 
 
 def _finish(results_path, rows, summary, start, quiet):

@@ -182,12 +182,15 @@ def blockwise_inputs(cfg, n_blocks, block_size, seed, case):
     pool = types.SimpleNamespace(k=rng.standard_normal(shape) * 2.0, v=rng.standard_normal(shape),
                                  block_size=block_size, cfg=cfg)
     q = np.random.default_rng(case["q_seed"]).standard_normal((cfg.n_heads, cfg.d_head))
+    if "q_scale" in case:       # optional: large scores, where a softmax without its max overflows
+        q = q * case["q_scale"]
     return pool, q
 
 
 def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
     """blockwise_attention on sequences the scenario builds itself from the contract's layout, so a
-    broken allocator or paged_step cannot spoil this part. cases: {"table", "length", "layer", "q_seed"}.
+    broken allocator or paged_step cannot spoil this part. cases: {"table", "length", "layer", "q_seed"}
+    and optionally "q_scale" (the query is multiplied by it).
     The object passed has only the attributes the contract lists: no methods at all."""
     cfg = config(cfg)
     out = []

@@ -29,6 +29,7 @@ def pytest_addoption(parser):
     g.addoption("--seed", type=int, default=0, help="seeds the hidden inputs (per student)")
     g.addoption("--job", type=int, default=0, help="index of this grading job among parallel ones")
     g.addoption("--isolate", default="auto", choices=("auto", "yes", "no"))
+    g.addoption("--hide", action="append", default=[], help="a path the submission must not see")
 
 
 def pytest_configure(config):
@@ -75,7 +76,8 @@ class Grading:
         job = config.getoption("--job")
         self.sandboxes = queue.Queue()
         for i in range(CALLS_AT_ONCE):
-            self.sandboxes.put(Sandbox(config.getoption("--submission"), isolate=isolate, job=job * CALLS_AT_ONCE + i))
+            self.sandboxes.put(Sandbox(config.getoption("--submission"), isolate=isolate,
+                                       job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
             calls = [[c.scenario, c.inputs] for c in self.plans[check_id]]

@@ -1,0 +1,723 @@
+"""The sandbox, end to end, against hostile submissions.
+
+Each test writes a tiny paged_kv.py and runs it through a fake scenarios module (`run` calls the
+submission's run(**inputs)), so it does not depend on tests/scenarios.py. Tests marked `isolated`
+need root (namespaces, a separate uid); the `plain` mode (isolate=False) runs everywhere. Where a
+protection is asserted, a control shows the same probe succeeding without it, so the assertion can fail.
+"""
+import os
+import socket
+import textwrap
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import runtime, sandbox, wire
+from grader.sandbox import LIMITS, Sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+IS_ROOT = os.geteuid() == 0
+ROOT_ONLY = [pytest.mark.needs_root,
+             pytest.mark.skipif(not IS_ROOT, reason="needs root: namespaces and a separate uid (CI runs as root)")]
+MODES = [pytest.param(True, id="isolated", marks=ROOT_ONLY), pytest.param(False, id="plain")]
+
+
+def root_only(test):
+    for mark in ROOT_ONLY:
+        test = mark(test)
+    return test
+
+
+SCENARIOS = '''
+def echo(pk, **inputs):
+    return inputs
+def run(pk, **inputs):
+    return pk.run(**inputs)
+SCENARIOS = {"echo": echo, "run": run}
+'''
+
+ARRAYS = '''
+import numpy as np
+def run(seed):
+    rng = np.random.default_rng(seed)
+    return {"f": rng.standard_normal((4, 3, 2)), "special": np.array([0.0, -0.0, 5e-324, np.nan, np.inf, -np.inf]),
+            "i": rng.integers(-2**63, 2**63 - 1, size=17, dtype=np.int64, endpoint=True), "b": rng.random(9) > 0.5,
+            "nested": [{"deep": [rng.standard_normal(0), np.array(7.0)]}, "s \\u2713", None, True, 3, 2.5],
+            "f32": rng.standard_normal(3).astype(np.float32), "t": np.arange(12).reshape(3, 4).T}
+'''
+
+PROBE = '''
+import os
+def run(paths=(), write=()):
+    out = {}
+    for p in paths:
+        try:
+            if os.path.isdir(p):
+                out[p] = sorted(os.listdir(p))
+            else:
+                with open(p, "rb") as f:
+                    out[p] = "read " + repr(f.read(40))
+        except OSError as e:
+            out[p] = type(e).__name__
+    for p in write:
+        try:
+            with open(p, "w") as f:
+                f.write("pwned")
+            out[p] = "written"
+        except OSError as e:
+            out[p] = type(e).__name__
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def scenarios_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scenarios") / "scenarios.py"
+    path.write_text(SCENARIOS)
+    return path
+
+
+@pytest.fixture
+def make_box(tmp_path, scenarios_file):
+    """make_box(source, isolate, **kw) -> an open Sandbox on that source; all closed at the end."""
+    boxes = []
+
+    def make(source, isolate, **kw):
+        path = tmp_path / f"submission{len(boxes)}" / "paged_kv.py"
+        path.parent.mkdir()
+        path.write_text(textwrap.dedent(source))
+        box = Sandbox(path, isolate=isolate, scenarios_file=scenarios_file, **kw)
+        boxes.append(box)
+        return box
+    yield make
+    for box in boxes:
+        box.close()
+
+
+@pytest.fixture
+def shared_dir(tmp_path):
+    """A folder the sandbox uid may write and the test can read: outside every masked path."""
+    if not IS_ROOT:
+        return tmp_path
+    base = Path(runtime.state_dir())
+    path = Path(os.path.realpath(base)) / f"selftest-{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir(mode=0o777)
+    os.chmod(path, 0o777)
+    yield path
+    sandbox._rmtree(path)
+
+
+def uid_processes(uid):
+    return [p.pid for p in sandbox._procs() if p.state != "Z" and sandbox._uid_of(p.pid) == uid]
+
+
+# ------------------------------------------------------------------------------------ data
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_nested_data_and_arrays_round_trip_bit_exact(make_box, isolate):
+    box = make_box(ARRAYS, isolate)
+    reply = box.call("run", {"seed": 3})
+    assert reply.status == "ok", reply
+    namespace = {}
+    exec(ARRAYS, namespace)
+    expected = namespace["run"](3)
+    got = reply.data
+    for key in ("f", "special", "i", "b", "t"):
+        assert type(got[key]) is np.ndarray and got[key].dtype == expected[key].dtype
+        assert got[key].tobytes() == np.ascontiguousarray(expected[key]).tobytes() and got[key].shape == expected[key].shape
+        assert got[key].flags.c_contiguous and got[key].flags.owndata
+    assert got["f32"].dtype == np.float64 and got["f32"].tolist() == expected["f32"].astype(np.float64).tolist()
+    deep = got["nested"][0]["deep"]
+    assert deep[0].shape == (0,) and deep[1].shape == () and float(deep[1]) == 7.0
+    assert got["nested"][1:] == ["s \u2713", None, True, 3, 2.5]
+    assert 0 < reply.seconds < sandbox.DEFAULT_DEADLINE
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_inputs_reach_the_scenario_unchanged(make_box, isolate):
+    box = make_box("def run(): pass\n", isolate)
+    inputs = {"tokens": [1, 2, 3], "cfg": {"vocab": 256, "$weird": None}, "x": np.linspace(0, 1, 5), "s": "hé"}
+    reply = box.call("echo", inputs)
+    assert reply.status == "ok"
+    assert reply.data["x"].tobytes() == inputs["x"].tobytes()
+    assert {k: v for k, v in reply.data.items() if k != "x"} == {k: v for k, v in inputs.items() if k != "x"}
+
+
+# ------------------------------------------------------------------------------------ importing
+
+def test_syntax_error_reports_its_line(make_box):
+    box = make_box("x = 1\n\ndef broken(:\n    pass\n", False)
+    for reply in (box.check_import(), box.call("run", {})):
+        assert reply.status == "import_error"
+        assert reply.error.startswith("SyntaxError at line 3") and reply.data["line"] == 3
+
+
+def test_error_text_is_plain_ascii(make_box):
+    box = make_box("x = 1 \u20ac \u202e\n", False)
+    reply = box.check_import()
+    assert reply.status == "import_error" and reply.error.startswith("SyntaxError at line 1")
+    assert reply.error.isascii() and reply.error.isprintable()
+
+
+def test_import_failure_reports_exception_line_and_module(make_box):
+    box = make_box("import numpy\nimport torch_is_not_installed\n", False)
+    reply = box.check_import()
+    assert (reply.status, reply.error) == \
+        ("import_error", "ModuleNotFoundError at line 2 (module 'torch_is_not_installed')")
+    during_call = box.call("run", {})
+    assert (during_call.status, during_call.error) == ("import_error", "ModuleNotFoundError at line 2")
+
+
+def test_check_import_lists_missing_names(make_box):
+    box = make_box("class BlockPool:\n    def alloc(self): pass\ndef paged_step(): pass\n", False)
+    reply = box.check_import()
+    assert reply.status == "ok"                  # parts are graded on their own: not fatal
+    missing = reply.data["missing"]
+    assert "BlockPool" not in missing and "BlockPool.alloc" not in missing and "paged_step" not in missing
+    assert {"BlockPool.incref", "PagedSequence", "PagedSequence.fork", "blockwise_attention"} <= set(missing)
+    assert "BlockPool.incref" in reply.error
+    complete = box.check_import(names=("BlockPool.alloc", "paged_step"))
+    assert (complete.status, complete.data) == ("ok", {"missing": []})
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_the_submission_cannot_import_pytest_or_see_a_site_dir(make_box, isolate):
+    box = make_box('''
+        import sys
+        def run():
+            try:
+                import pytest
+                return "pytest imported"
+            except ImportError:
+                return [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+    ''', isolate)
+    assert box.call("run", {}).data == []
+
+
+# ------------------------------------------------------------------------------------ hostile control flow
+
+LOOP = '''
+import signal
+def forever():
+    for s in (signal.SIGALRM, signal.SIGTERM, signal.SIGXCPU, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    signal.alarm(0)
+    while True:
+        try:
+            pass
+        except BaseException:
+            continue
+def run():
+    forever()
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_infinite_loop_ignoring_signals_times_out(make_box, isolate):
+    box = make_box(LOOP, isolate)
+    reply = box.call("run", {}, deadline=1.0)
+    assert reply.status == "timeout" and "1 s" in reply.error
+    assert reply.seconds < 1.0 + 2
+
+
+def test_infinite_loop_at_import_times_out(make_box):
+    box = make_box(LOOP + "forever()\n", False)
+    reply = box.check_import(deadline=1.0)
+    assert reply.status == "timeout" and reply.seconds < 3
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_exiting_before_the_reply_is_a_crash(make_box, isolate):
+    box = make_box("import os\ndef run():\n    os._exit(0)\n", isolate)
+    reply = box.call("run", {})
+    assert reply.status == "crashed" and "without replying" in reply.error
+    at_import = make_box("import os\nos._exit(0)\n", isolate).check_import()
+    assert at_import.status == "crashed"
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_a_segfault_is_a_crash_with_its_signal(make_box, isolate):
+    box = make_box("import ctypes\ndef run():\n    ctypes.memset(16, 0, 1)\n", isolate)
+    reply = box.call("run", {})
+    assert (reply.status, reply.error) == ("crashed", "worker killed by signal 11 (SIGSEGV)")
+
+
+RAISERS = '''
+import sys
+class Escape(BaseException):
+    pass
+class SECRET_hidden_input_42(MemoryError):
+    pass
+def run(kind):
+    if kind == "sys.exit":
+        sys.exit(0)
+    if kind == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    if kind == "BaseException subclass":
+        raise Escape()
+    if kind == "GeneratorExit":
+        raise GeneratorExit
+    if kind == "pytest.exit":
+        import pytest
+        pytest.exit("bye", returncode=0)
+    if kind == "class name carrying data":
+        raise SECRET_hidden_input_42()
+'''
+
+
+@pytest.mark.parametrize("kind, error", [
+    ("sys.exit", "SystemExit"), ("KeyboardInterrupt", "KeyboardInterrupt"),
+    ("BaseException subclass", "BaseException"), ("GeneratorExit", "GeneratorExit"),
+    ("pytest.exit", "ModuleNotFoundError"),             # pytest is not importable in the worker at all
+    ("class name carrying data", "MemoryError"),         # only the built-in base's name crosses
+])
+def test_base_exceptions_are_reported_never_ok(make_box, kind, error):
+    reply = make_box(RAISERS, False).call("run", {"kind": kind})
+    assert (reply.status, reply.error) == ("raised", error)
+
+
+def test_sys_exit_at_import_is_an_import_error(make_box):
+    reply = make_box("import sys\nsys.exit(0)\n", False).check_import()
+    assert (reply.status, reply.error) == ("import_error", "SystemExit at line 2")
+
+
+MEMORY = '''
+import numpy as np
+def run(kind):
+    if kind == "numpy":
+        return float(np.ones(10**10).sum())
+    if kind == "bytes":
+        return len(bytearray(3 << 30))
+    hoard = []
+    while True:
+        hoard.append(np.empty(1 << 24))
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+@pytest.mark.parametrize("kind", ["numpy", "bytes", "hoard"])
+def test_memory_bombs_fail_fast(make_box, isolate, kind):
+    reply = make_box(MEMORY, isolate).call("run", {"kind": kind})
+    assert (reply.status, reply.error) == ("raised", "MemoryError") and reply.seconds < 3
+
+
+@root_only
+def test_fork_bomb_is_contained(make_box):
+    box = make_box('''
+        import os, time
+        def run():
+            made = 0
+            for _ in range(300):
+                try:
+                    pid = os.fork()
+                except OSError:
+                    continue
+                if pid == 0:
+                    while True:
+                        try:
+                            os.fork()
+                        except OSError:
+                            time.sleep(0.01)
+                made += 1
+            return made
+    ''', True)
+    reply = box.call("run", {})
+    assert reply.status == "ok" and 0 < reply.data < LIMITS["nproc"]
+    assert uid_processes(box.uid) == []
+    again = box.call("echo", {"fine": True})
+    assert again.status == "ok" and again.data == {"fine": True} and again.seconds < 2
+
+
+FLOOD = '''
+import os, sys, __main__
+def run(where, n):
+    chunk = b"A" * (1 << 20)
+    for _ in range(n >> 20):
+        if where == "stdout":
+            sys.stdout.buffer.write(chunk)
+            os.write(2, chunk)
+        else:
+            os.write(__main__.REPLY_FD, chunk)
+    sys.stdout.flush()
+    return "flooded"
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_output_floods_neither_hang_nor_fill_the_parent(make_box, isolate):
+    box = make_box(FLOOD, isolate)
+    tracemalloc.start()
+    try:
+        printed = box.call("run", {"where": "stdout", "n": 10**8})
+        printed_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        flooded = box.call("run", {"where": "reply", "n": 10**8})
+        flooded_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert printed.status == "ok" and printed.data == "flooded" and printed_peak < 4 << 20
+    assert flooded.status == "bad_reply" and "larger than" in flooded.error
+    assert flooded_peak < sandbox.REPLY_CAP * 1.3 < 10**8
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_a_reply_forged_on_stdout_is_ignored(make_box, isolate):
+    box = make_box('''
+        import os, sys, wire
+        def run():
+            forged = wire.encode({"status": "ok", "result": "forged"})
+            sys.stdout.buffer.write(forged)
+            sys.stdout.flush()
+            os.write(2, forged)
+            return "real"
+    ''', isolate)
+    assert box.call("run", {}).data == "real"
+
+
+HOSTILE_FRAMES = '''
+import json, os, pickle, struct, __main__
+import numpy as np
+import wire
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("touch " + PWNED,))
+
+def raw(header, payload=b""):
+    return wire.MAGIC + struct.pack("<Q", len(header)) + header + payload
+
+def ok_header(result, arrays=()):
+    return json.dumps({"arrays": list(arrays), "body": {"status": "ok", "result": result}}).encode()
+
+FRAMES = {
+    "object dtype": lambda: raw(ok_header({"$nd": 0}, [["|O", [1]]]), pickle.dumps(np.array([Evil()], dtype=object))),
+    "pickle": lambda: pickle.dumps({"status": "ok", "result": Evil()}),
+    "NaN in JSON": lambda: raw(b'{"arrays": [], "body": {"status": "ok", "result": NaN}}'),
+    "huge claimed shape": lambda: raw(ok_header({"$nd": 0}, [["<f8", [10**12]]]), bytes(8)),
+    "deep nesting": lambda: raw(b'{"arrays": [], "body": {"status": "ok", "result": ' + b"[" * 200000 + b"]" * 200000 + b"}}"),
+    "made-up exception name": lambda: wire.encode({"status": "raised", "error": "SECRET_hidden_input_42"}),
+    "extra key": lambda: wire.encode({"status": "ok", "result": 1, "verdict": "pass"}),
+    "trailing bytes": lambda: wire.encode({"status": "ok", "result": 1}) + b"x",
+}
+
+def run(kind):
+    data = FRAMES[kind]()
+    while data:
+        data = data[os.write(__main__.REPLY_FD, data):]
+    os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("kind", ["object dtype", "pickle", "NaN in JSON", "huge claimed shape", "deep nesting",
+                                  "made-up exception name", "extra key", "trailing bytes"])
+def test_hostile_reply_frames_are_bad_replies(make_box, tmp_path, kind):
+    pwned = tmp_path / "unpickled-in-the-grader"
+    box = make_box(f"PWNED = {str(pwned)!r}\n" + HOSTILE_FRAMES, False)
+    reply = box.call("run", {"kind": kind})
+    assert reply.status == "bad_reply" and reply.error.startswith("malformed reply")
+    assert "SECRET" not in reply.error
+    assert not pwned.exists()
+
+
+def test_a_result_that_is_not_plain_data_is_a_bad_reply(make_box):
+    reply = make_box("def run():\n    return {'x': object()}\n", False).call("run", {})
+    assert reply.status == "bad_reply" and "cannot cross" in reply.error
+
+
+def test_an_unknown_scenario_is_reported_as_a_grader_problem(make_box):
+    reply = make_box("def run(): pass\n", False).call("no_such_scenario", {})
+    assert reply.status == "crashed" and "grader bug" in reply.error
+
+
+# ------------------------------------------------------------------------------------ the process tree
+
+DETACH = '''
+import os, time
+def run(marker_dir, hang):
+    open(os.path.join(marker_dir, "worker-ran"), "w").close()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(1.0)
+            open(os.path.join(marker_dir, "grandchild-survived"), "w").close()
+            os._exit(0)
+        os._exit(0)
+    time.sleep(0.1)
+    while hang:
+        time.sleep(1)
+    return "parent done"
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+@pytest.mark.parametrize("hang", [False, True], ids=["returns", "hangs"])
+def test_a_detached_grandchild_is_dead_when_call_returns(make_box, shared_dir, monkeypatch, isolate, hang):
+    # the uid sweep is a second line of defence: switched off, so this proves the first one
+    monkeypatch.setattr(sandbox, "_sweep_uid", lambda *a, **k: None)
+    box = make_box(DETACH, isolate)
+    reply = box.call("run", {"marker_dir": str(shared_dir), "hang": hang}, deadline=1.0 if hang else 6.0)
+    assert reply.status == ("timeout" if hang else "ok")
+    assert (shared_dir / "worker-ran").exists()          # the folder is writable from inside
+    time.sleep(1.3)
+    assert not (shared_dir / "grandchild-survived").exists()
+
+
+# ------------------------------------------------------------------------------------ isolation (root)
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_minimal_environment_and_identity(make_box, isolate):
+    box = make_box('''
+        import os, resource, sys
+        def run():
+            status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+            names = ("AS", "NPROC", "FSIZE", "NOFILE", "CORE", "CPU")
+            return {"env": sorted(os.environ), "flags": [sys.flags.isolated, sys.flags.no_site],
+                    "ids": [os.getuid(), os.getgid(), os.getgroups()], "cap_eff": status["CapEff"].strip(),
+                    "nnp": status["NoNewPrivs"].strip(), "cwd": os.getcwd(), "home": os.environ["HOME"],
+                    "limits": {n: list(resource.getrlimit(getattr(resource, "RLIMIT_" + n))) for n in names}}
+    ''', isolate)
+    got = box.call("run", {}).data
+    allowed = {"PATH", "HOME", "LANG", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+    assert set(got["env"]) - allowed <= ({"CS349E_SANDBOX"} if not isolate else set())
+    assert got["flags"] == [1, 1] and got["home"] == got["cwd"]
+    limits = got["limits"]
+    assert limits["AS"] == [LIMITS["as"]] * 2 and limits["FSIZE"] == [LIMITS["fsize"]] * 2
+    assert limits["NOFILE"] == [LIMITS["nofile"]] * 2 and limits["CORE"] == [0, 0] and limits["CPU"] == [7, 8]
+    if isolate:
+        assert got["ids"] == [box.uid, box.uid, []] and box.uid >= sandbox.UID_BASE
+        assert got["cap_eff"] == "0000000000000000" and got["nnp"] == "1"
+        assert limits["NPROC"] == [LIMITS["nproc"]] * 2
+
+
+NET = '''
+import socket
+def run(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_no_network(make_box, isolate):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        reply = make_box(NET, isolate).call("run", {"port": server.getsockname()[1]})
+        if not isolate:
+            assert reply.data == "connected"        # control: the probe does reach the listener
+            return
+        assert reply.status == "ok" and reply.data != "connected"
+        with pytest.raises(BlockingIOError):
+            server.accept()
+
+
+@pytest.fixture
+def results_dir(shared_dir):
+    """A results folder readable by everyone, so only the mount namespace can keep it away."""
+    path = shared_dir / "results"
+    path.mkdir(mode=0o755)
+    (path / "results.json").write_text('{"score": 100}')
+    os.chmod(path / "results.json", 0o644)
+    return path
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_secrets_are_unreadable(make_box, results_dir, isolate):
+    box = make_box(PROBE, isolate, hide=[results_dir])
+    files = [ROOT / "solution" / "paged_kv.py", ROOT / "grader" / "sandbox.py", results_dir / "results.json",
+             Path(f"/proc/{os.getpid()}/environ")]
+    folders = [ROOT, ROOT / "grader", results_dir, runtime.STATE_DIR / "scratch"]
+    got = box.call("run", {"paths": [str(p) for p in files + folders]}).data
+    if not isolate:                       # control: as this user, every probe succeeds
+        assert all(got[str(p)].startswith("read") for p in files)
+        assert all(got[str(p)] for p in folders[:3])
+        return
+    assert not any(got[str(p)].startswith("read") for p in files), got
+    assert got[str(ROOT)] == [] and got[str(ROOT / "grader")] == "FileNotFoundError" and got[str(results_dir)] == []
+    assert got[str(runtime.STATE_DIR / "scratch")] == "PermissionError"
+
+
+@root_only
+def test_writes_stay_in_the_sandbox(make_box, results_dir):
+    box = make_box(PROBE, True, hide=[results_dir])
+    stray_tmp = Path(f"/tmp/cs349e-sandbox-stray-{os.getpid()}")
+    targets = [ROOT / "pwned.txt", ROOT / "grader" / "pwned.py", results_dir / "results.json",
+               runtime.STATE_DIR / "pwned", Path(box._runtime.site) / "numpy" / "pwned.py", Path("/etc/pwned"), stray_tmp]
+    own_code = ["../worker.py", "../paged_kv.py", "../scenarios.py"]       # the call's read-only copies
+    got = box.call("run", {"write": [str(p) for p in targets] + own_code + ["in-cwd.txt"]}).data
+    assert all(got[p] == "PermissionError" for p in own_code), got
+    assert got["in-cwd.txt"] == "written" and got[str(stray_tmp)] == "written"    # its own tmpfs folders
+    assert not any(got[str(p)] == "written" for p in targets[:-1]), got
+    assert (results_dir / "results.json").read_text() == '{"score": 100}'
+    assert not any(p.exists() for p in targets if p.name != "results.json")       # stray_tmp included
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_nothing_persists_between_calls(make_box, isolate):
+    box = make_box('''
+        import os
+        CALLS = [0]
+        def run(tmp):
+            CALLS[0] += 1
+            seen = {"calls": CALLS[0], "cwd": os.path.exists("state.txt"), "tmp": bool(tmp) and os.path.exists(tmp)}
+            open("state.txt", "w").close()
+            if tmp:
+                open(tmp, "w").close()
+            return seen
+    ''', isolate)
+    tmp = f"/tmp/cs349e-sandbox-state-{os.getpid()}" if isolate else ""
+    first, second = (box.call("run", {"tmp": tmp}).data for _ in range(2))
+    assert first == second == {"calls": 1, "cwd": False, "tmp": False}
+
+
+@root_only
+def test_concurrent_jobs_cannot_see_each_other(make_box):
+    victim = make_box("# the victim's own source\n" + PROBE + '''
+import time
+def run_victim(secs):
+    for path in ("secret.txt", "/tmp/secret.txt", "/dev/shm/secret.txt"):
+        open(path, "w").write("victim's secret")
+    time.sleep(secs)
+    return "done"
+run_plain = run
+def run(secs=None, **kw):
+    return run_victim(secs) if secs is not None else run_plain(**kw)
+''', True, job=0)
+    spy = make_box(PROBE, True, job=1)
+    assert victim.uid != spy.uid
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("reply", victim.call("run", {"secs": 2.0})))
+    thread.start()
+    scratch = runtime.STATE_DIR / "scratch"
+    for _ in range(200):
+        call_dirs = list(scratch.glob(f"call-{victim.uid}-*"))
+        if call_dirs:
+            break
+        time.sleep(0.01)
+    time.sleep(0.5)                                   # let the victim write its files
+    call_dir = call_dirs[0]
+    paths = [call_dir, call_dir / "paged_kv.py", call_dir / "work", call_dir / "work" / "secret.txt",
+             "/tmp/secret.txt", "/dev/shm/secret.txt", scratch]
+    got = spy.call("run", {"paths": [str(p) for p in paths]}).data
+    thread.join()
+    assert result["reply"].data == "done"
+    assert not any(isinstance(v, str) and v.startswith("read") for v in got.values()), got
+    assert not any(isinstance(v, list) and v for v in got.values()), got
+
+
+@root_only
+def test_one_uid_per_live_sandbox(make_box):
+    first, second = make_box(PROBE, True, job=7), make_box(PROBE, True, job=7)
+    assert first.uid == sandbox.UID_BASE + 7 and second.uid != first.uid
+
+
+# ------------------------------------------------------------------------------------ protections
+
+@root_only
+def test_protections_when_isolated(make_box, results_dir):
+    items = make_box(PROBE, True, hide=[results_dir]).protections()
+    assert not any(i.startswith("NOT ISOLATED") for i in items)
+    assert "pid namespace (whole tree killed)" in items and "no network (network namespace)" in items
+    assert any(i.startswith("unprivileged uid 641") for i in items)
+    hidden = next(i for i in items if i.startswith("project and results hidden"))
+    assert str(ROOT) in hidden and str(results_dir) in hidden
+
+
+def test_protections_when_not_isolated(make_box):
+    items = make_box(PROBE, False).protections()
+    assert items[0].startswith("NOT ISOLATED") and "can read and write this user's files" in items[0]
+    assert not any("namespace" in i for i in items)
+
+
+def test_without_root_isolation_is_off_and_says_so(make_box, monkeypatch):
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    box = make_box(PROBE, None)
+    assert not box.isolate and box.protections()[0].startswith("NOT ISOLATED: not root")
+    with pytest.raises(RuntimeError, match="needs root"):
+        make_box(PROBE, True)
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_symlinked_submission_is_refused(tmp_path, scenarios_file, link):
+    secret = tmp_path / "reference"
+    secret.mkdir()
+    (secret / "paged_kv.py").write_text("REFERENCE = True\n")
+    submitted = tmp_path / "submission"
+    submitted.mkdir()
+    if link == "file":
+        (submitted / "paged_kv.py").symlink_to(secret / "paged_kv.py")
+    else:
+        submitted = submitted / "unzipped"
+        submitted.symlink_to(secret, target_is_directory=True)
+    with pytest.raises(ValueError, match="symlink"):
+        Sandbox(submitted, isolate=False, scenarios_file=scenarios_file)
+
+
+def test_close_removes_everything_and_refuses_more_calls(make_box):
+    box = make_box(PROBE, False)
+    assert box.call("echo", {}).status == "ok"
+    scratch = box._scratch
+    box.close()
+    assert not scratch.exists()
+    with pytest.raises(RuntimeError, match="closed"):
+        box.call("echo", {})
+
+
+def test_worker_files_are_one_list_of_existing_lab_files():
+    assert set(sandbox.WORKER_FILES) == {"worker.py", "wire.py", "transformer_lab.py", "console.py",
+                                         "decoding.py", "scenarios.py"}
+    assert all(p.is_file() for name, p in sandbox.WORKER_FILES.items() if name != "scenarios.py")
+    assert wire.MAX_BYTES == sandbox.REPLY_CAP
+
+
+# ------------------------------------------------------------------------------------ the runtime
+
+def test_runtime_check_says_what_to_do_when_it_cannot_run(tmp_path):
+    empty = tmp_path / "no-numpy-here"
+    empty.mkdir()
+    for broken in (runtime.Runtime(python="/nonexistent/python3.11", site=str(empty)),
+                   runtime.Runtime(python=runtime.sys.executable, site=str(empty))):
+        with pytest.raises(RuntimeError, match=r"apt-get install python3\.\d+\) or run the grader's gradescope/setup\.sh"):
+            runtime.check(broken, prefix=[])
+
+
+def test_only_interpreters_other_users_can_reach_qualify():
+    assert runtime.reachable_by_others("/bin/sh")
+    assert not runtime.reachable_by_others("/nonexistent/python3")
+    if os.stat("/root").st_mode & 0o001 == 0:
+        assert not runtime.reachable_by_others(os.path.realpath(runtime.sys.executable)) or \
+            not os.path.realpath(runtime.sys.executable).startswith("/root/")
+
+
+@root_only
+def test_provisioning_is_idempotent_and_race_free(shared_dir, monkeypatch):
+    state = shared_dir / "state"                       # traversable by the sandbox uid, unlike tmp_path
+    monkeypatch.setattr(runtime, "STATE_DIR", state)
+    results, errors = [], []
+
+    def provision():
+        try:
+            results.append(runtime.provision())
+        except Exception as e:    # noqa: BLE001  (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=provision) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2 and results[0] == results[1] == runtime.provision()
+    site = Path(results[0].site)
+    assert sorted(p.name for p in state.iterdir()) == [site.name]      # no temp leftovers
+    assert {p.name for p in site.iterdir()} >= {"numpy"} and not (site / "pytest").exists()
+    assert all(p.stat().st_uid == 0 and p.stat().st_mode & 0o022 == 0 and p.stat().st_mode & 0o004
+               for p in [site, *site.rglob("*")] if not p.is_symlink())
+    monkeypatch.undo()                # uids are claimed from the real locks again
+    runtime.check(results[0])         # as a free sandbox uid, through setpriv

@@ -1,0 +1,211 @@
+"""An interpreter plus numpy that the sandbox's unprivileged uid can actually run.
+
+The project's venv python usually lives somewhere other users cannot reach (pyenv under /root,
+mode 0700), and its site-packages also holds pytest, which a submission must not be able to import.
+So the sandbox runs `PY -I -S` (no site-packages at all) and the worker puts one folder holding only
+numpy on sys.path itself:
+
+- isolated (root): PY is the grader's own interpreter if every user can run it (a Docker image's
+  /usr/local/bin/python3.11), else a system python of the same minor version; numpy and numpy.libs
+  are copied once per machine into STATE_DIR/runtime-numpy<version>-<cache tag>/, root-owned and
+  world-readable, written to a temp dir and renamed into place so two graders cannot collide;
+- not isolated: PY is sys.executable and the folder holds symlinks to the venv's numpy.
+
+`check` proves it works by running a smoke program as the sandbox uid, and otherwise says what to do.
+
+    python -m grader.runtime     provision and check as root (what setup.sh runs)
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR = Path("/var/lib/cs349e-grader")   # root-owned: runtime, scratch, uid locks
+# The sandbox hides or replaces these (and the project), so an interpreter there cannot serve it.
+UNSUITABLE = ("/home/", "/root/", "/autograder/", "/tmp/", "/var/tmp/", "/dev/shm/",
+              str(Path(__file__).resolve().parents[1]) + "/")
+UID_BASE, UID_SLOTS = 64100, 1000           # reserved for sandboxes; no /etc/passwd entry needed
+_SMOKE = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy as np; "
+          "a = np.arange(6.0).reshape(2, 3); assert float((a @ a.T).sum()) == 83.0; "
+          "print(np.__version__)")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    python: str      # absolute path of the interpreter, run as `python -I -S`
+    site: str        # the folder the worker puts on sys.path: numpy (+ numpy.libs) and nothing else
+
+
+def drop_privileges_argv(uid: int) -> list[str]:
+    """setpriv prefix: become uid/gid `uid`, no groups, no capabilities, no way back (no_new_privs).
+    The kernel clears the parent-death signal on a uid change, so it is set again here."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+            "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--"]
+
+
+def claim_uid(job: int = 0) -> tuple[int, int]:
+    """(uid, lock fd): the first free uid from UID_BASE + job on. The flock, held until the fd is
+    closed, makes it this caller's alone on the machine, so a sandbox may kill whatever runs as it."""
+    locks = secure_dir(state_dir() / "locks", 0o700)
+    for k in range(UID_SLOTS):
+        uid = UID_BASE + (job + k) % UID_SLOTS
+        fd = os.open(locks / f"uid-{uid}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return uid, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise RuntimeError(f"all {UID_SLOTS} sandbox uids are in use")
+
+
+def _numpy_source() -> tuple[Path, str]:
+    spec = importlib.util.find_spec("numpy")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("numpy is not installed for the grader (make .venv/.ready)")
+    return Path(spec.submodule_search_locations[0]).resolve(), importlib.metadata.version("numpy")
+
+
+def _numpy_parts(numpy_dir: Path) -> list[Path]:
+    """numpy itself and the shared libraries its wheel ships next to it."""
+    parts = [numpy_dir]
+    libs = numpy_dir.parent / "numpy.libs"
+    if libs.is_dir():
+        parts.append(libs)
+    return parts
+
+
+def reachable_by_others(path: str | os.PathLike) -> bool:
+    """Whether a user with no special rights can execute `path`: o+x on the file and every folder."""
+    p = Path(os.path.realpath(path))
+    try:
+        if not (p.is_file() and p.stat().st_mode & stat.S_IXOTH):
+            return False
+        return all(d.stat().st_mode & stat.S_IXOTH for d in p.parents)
+    except OSError:
+        return False
+
+
+def _cache_tag(python: str) -> str | None:
+    try:
+        out = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.implementation.cache_tag)"],
+                             capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _shared_python() -> str:
+    """An interpreter of the grader's own version that every user can run."""
+    minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    candidates = [sys.executable, f"/usr/local/bin/{minor}", f"/usr/bin/{minor}"]
+    for cand in candidates:
+        real = os.path.realpath(cand)
+        if not real.startswith(UNSUITABLE) and reachable_by_others(real) \
+                and _cache_tag(real) == sys.implementation.cache_tag:
+            return real
+    raise RuntimeError(
+        f"no {minor} interpreter that an unprivileged user can run (tried {', '.join(candidates)}); "
+        f"the grader's numpy wheel needs {sys.implementation.cache_tag}. Install one "
+        f"(Debian: apt-get install {minor}) or run the grader's gradescope/setup.sh.")
+
+
+def secure_dir(path: Path, mode: int) -> Path:
+    """Create `path` root-owned with `mode`, or make sure an existing one is exactly that."""
+    path.mkdir(mode=mode, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        raise RuntimeError(f"{path} must be a directory owned by root")
+    os.chmod(path, mode)
+    return path
+
+
+def state_dir() -> Path:
+    return secure_dir(STATE_DIR, 0o755)
+
+
+def _publish_readonly(tree: Path) -> None:
+    """Folders 0755, files 0644 (0755 if executable): readable by all, writable by root only."""
+    for root, dirs, files in os.walk(tree):
+        os.chmod(root, 0o755)
+        for name in files:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755 if os.stat(p).st_mode & 0o111 else 0o644)
+
+
+def provision() -> Runtime:
+    """The isolated runtime (root only). Idempotent; concurrent callers agree on one folder."""
+    if os.geteuid() != 0:
+        raise RuntimeError("provisioning the sandbox runtime needs root")
+    python = _shared_python()
+    numpy_dir, version = _numpy_source()
+    final = state_dir() / f"runtime-numpy{version}-{sys.implementation.cache_tag}"
+    if not final.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=".runtime-", dir=STATE_DIR))
+        try:
+            for part in _numpy_parts(numpy_dir):
+                shutil.copytree(part, tmp / part.name, symlinks=False)
+            _publish_readonly(tmp)
+            os.rename(tmp, final)          # atomic; fails if another grader got there first
+        except OSError:
+            if not final.is_dir():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Runtime(python=python, site=str(final))
+
+
+def for_this_user(folder: str | os.PathLike) -> Runtime:
+    """The non-isolated runtime: this interpreter, and `folder` holding links to this numpy only."""
+    numpy_dir, _ = _numpy_source()
+    site = Path(folder)
+    site.mkdir(mode=0o700, exist_ok=True)
+    for part in _numpy_parts(numpy_dir):
+        link = site / part.name
+        if not link.is_symlink():
+            link.symlink_to(part, target_is_directory=True)
+    return Runtime(python=sys.executable, site=str(site))
+
+
+def check(rt: Runtime, prefix: list[str] | None = None, *, cwd: str = "/") -> None:
+    """Run the smoke program under `prefix` (default: as a free sandbox uid when root, else as this
+    user); RuntimeError saying what to do if it fails."""
+    if prefix is None and os.geteuid() == 0:
+        uid, lock = claim_uid()
+        try:
+            return check(rt, drop_privileges_argv(uid), cwd=cwd)
+        finally:
+            os.close(lock)
+    _, version = _numpy_source()
+    argv = [*(prefix or []), rt.python, "-I", "-S", "-c", _SMOKE, rt.site]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd,
+                             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1"})
+        if out.returncode == 0 and out.stdout.strip() == version:
+            return
+        detail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        detail = f"{type(e).__name__}: {e}"
+    closed = [d for d in (Path(rt.site), *Path(rt.site).parents) if d.exists() and not d.stat().st_mode & stat.S_IXOTH]
+    if closed and prefix:
+        detail += f"; other users cannot enter {closed[-1]}"
+    minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    raise RuntimeError(
+        f"the sandbox cannot run numpy {version}: `{rt.python} -I -S` with {rt.site} on sys.path failed "
+        f"({detail}). Install {minor} (Debian: apt-get install {minor}) or run the grader's "
+        f"gradescope/setup.sh, as root, then retry.")
+
+
+if __name__ == "__main__":              # `--check` (what setup.sh passes) is what it always does
+    runtime = provision()
+    check(runtime)
+    print(f"sandbox runtime ok: {runtime.python} + {runtime.site}")

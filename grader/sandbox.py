@@ -1,0 +1,608 @@
+"""Run one scenario on a submission in a fresh, locked-down worker process, and kill all of it after.
+
+Every `call` starts a new interpreter (`python -I -S`, minimal environment) in a new private folder
+holding only copies of the submission (as paged_kv.py) and of WORKER_FILES. The request goes in on
+stdin, the reply comes back on its own pipe as a wire frame (plain data, checked by wire.decode);
+the submission's prints go to /dev/null. The parent enforces a wall-clock deadline and a size cap,
+then kills the whole process tree, whatever the submission did (setsid, double fork, ignored signals).
+
+When root (isolate=None means "isolate when root"), the worker also runs
+  - in new pid, network, mount and IPC namespaces (`unshare`): killing the namespace's first process
+    kills every process in it; there is no network; /proc shows only the sandbox;
+  - with tmpfs over the project (the reference, the grader, the hidden suites), /autograder, /home,
+    /root and any `hide` paths, and fresh size-capped tmpfs over /tmp, /var/tmp, /dev/shm,
+    /run/lock and the cwd, so nothing persists between calls and jobs share no writable folder;
+  - as an unprivileged uid of its own (UID_BASE + job, or the next free one: a lock file per uid
+    guarantees two live sandboxes on the machine never share one), without groups or capabilities;
+  - under rlimits (prlimit): address space, CPU, processes, file size, open files, no core dumps.
+Without root there is no uid change and no namespace: rlimits, a process group, and this process
+as a child subreaper (to find and kill orphaned grandchildren) are all there is, and protections()
+says so plainly.
+"""
+from __future__ import annotations
+
+import builtins
+import ctypes
+import os
+import secrets
+import select
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from grader import runtime, wire
+
+DEFAULT_DEADLINE = 6.0    # seconds of wall time per call; one constant, easy to change
+
+GRADER_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = GRADER_DIR.parent
+WORKER_FILES = {          # file name inside the sandbox -> trusted source (plus the submission as paged_kv.py)
+    "worker.py": GRADER_DIR / "worker.py",
+    "wire.py": GRADER_DIR / "wire.py",
+    "transformer_lab.py": PROJECT_ROOT / "lab" / "transformer_lab.py",
+    "console.py": PROJECT_ROOT / "lab" / "console.py",
+    "decoding.py": PROJECT_ROOT / "lab" / "decoding.py",
+    "scenarios.py": PROJECT_ROOT / "tests" / "scenarios.py",
+}
+REQUIRED_NAMES = (        # what check_import looks for (CONTRACT.md)
+    "BlockPool", "BlockPool.alloc", "BlockPool.incref", "BlockPool.decref", "BlockPool.refcount",
+    "BlockPool.copy_block", "PagedSequence", "PagedSequence.reserve", "PagedSequence.write",
+    "PagedSequence.read", "PagedSequence.free", "PagedSequence.fork", "paged_step",
+    "blockwise_attention", "beam_search", "parallel_sample")
+STATUSES = ("ok", "raised", "timeout", "crashed", "bad_reply", "import_error")
+
+UID_BASE, UID_SLOTS = runtime.UID_BASE, runtime.UID_SLOTS
+LIMITS = {"as": 2 << 30, "nproc": 64, "fsize": 16 << 20, "nofile": 64, "core": 0}
+HIDDEN = ("/autograder", "/home", "/root")                 # besides the project root and `hide`
+FRESH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")      # world-writable: a new tmpfs per call
+SUBMISSION_CAP = 4 << 20
+REPLY_CAP = wire.MAX_BYTES
+_TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: str            # one of STATUSES
+    data: object = None    # "ok": the scenario's result (wire.decode'd); "import_error": {"line", "missing"}
+    error: str = ""        # trusted-side text, safe to show a student; built from validated values only
+    seconds: float = 0.0   # wall time of the call measured by the parent
+
+
+class Sandbox:
+    def __init__(self, submission: str | os.PathLike, *, isolate: bool | None = None, job: int = 0,
+                 scenarios_file: str | os.PathLike | None = None, hide=()):
+        """submission: a paged_kv.py (or a folder holding one). job: index of a parallel grading job,
+        so concurrent sandboxes use distinct uids and folders. scenarios_file replaces
+        tests/scenarios.py (tests); hide: more paths the submission must not see (results; for a
+        file, its folder is hidden)."""
+        root = os.geteuid() == 0
+        self.isolate = root if isolate is None else bool(isolate)
+        if self.isolate and not root:
+            raise RuntimeError("isolation needs root (namespaces, a separate uid); use isolate=False")
+        if type(job) is not int or job < 0:
+            raise ValueError("job must be a non-negative int")
+        self._files = _read_files(submission, scenarios_file)
+        self._hide = tuple(os.fspath(p) for p in hide)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tools = {t: _tool(t) for t in ("setpriv", "prlimit") + (("unshare", "mount") if self.isolate else ())}
+        if self.isolate:
+            self.uid, lock_fd = runtime.claim_uid(job)
+            self._finalizer = weakref.finalize(self, _release, lock_fd, None)
+            self._scratch = runtime.secure_dir(runtime.state_dir() / "scratch", 0o711)  # pass through, never list
+            _sweep_uid(self.uid)                                   # the uid is ours now: nothing may run as it
+            for stale in self._scratch.glob(f"call-{self.uid}-*"):  # left by a grader that was killed
+                _rmtree(stale)
+            self._runtime = _isolated_runtime()
+            self._env_extra = {}
+        else:
+            self.uid = os.getuid()
+            _become_subreaper()
+            self._scratch = Path(tempfile.mkdtemp(prefix="cs349e-sandbox-"))
+            self._finalizer = weakref.finalize(self, _release, None, self._scratch)
+            self._runtime = runtime.for_this_user(self._scratch / "site")
+            self._env_extra = {"CS349E_SANDBOX": secrets.token_hex(8)}   # marks orphans to reap
+        self._check_runtime()
+
+    # ------------------------------------------------------------------------------ public API
+
+    def call(self, scenario: str, inputs: dict, deadline: float = DEFAULT_DEADLINE) -> Reply:
+        """Run scenarios.SCENARIOS[scenario](paged_kv, **inputs) in a fresh worker."""
+        if not (isinstance(scenario, str) and scenario.isidentifier()) or scenario == "__import__":
+            raise ValueError("scenario must be an identifier (and not __import__: see check_import)")
+        if type(inputs) is not dict or not all(type(k) is str and k.isidentifier() for k in inputs):
+            raise TypeError("inputs must be a dict of keyword arguments")
+        return self._call(scenario, inputs, float(deadline), names=None)
+
+    def check_import(self, names=REQUIRED_NAMES, deadline: float = DEFAULT_DEADLINE) -> Reply:
+        """Import paged_kv in a worker and look for `names` (dotted: Class.method), running no
+        scenario. "ok" when the module imports, with data {"missing": [names not found]} (and error
+        "missing: ..." when there are some: parts are graded on their own, so a missing name is not
+        fatal); "import_error" when it does not import: a SyntaxError with its line, or the
+        exception the module body raised, its line, and for an ImportError the module."""
+        names = [n for n in names if type(n) is str]
+        return self._call("__import__", {"names": names}, float(deadline), names=names)
+
+    def protections(self) -> list[str]:
+        limits = (f"rlimits: AS {LIMITS['as'] >> 30}GiB, CPU deadline+1 s (killed at +2), "
+                  + (f"NPROC {LIMITS['nproc']}, " if self.isolate else "")
+                  + f"FSIZE {LIMITS['fsize'] >> 20}MiB, NOFILE {LIMITS['nofile']}, CORE 0")
+        common = ["separate process, fresh for every call", "python -I -S, minimal environment", limits,
+                  "wall-clock deadline, then SIGKILL"]
+        if not self.isolate:
+            who = "not root" if os.geteuid() != 0 else "isolation turned off (isolate=False)"
+            return [f"NOT ISOLATED: {who}, the submission runs as this user (uid {os.getuid()}) and can "
+                    f"read and write this user's files", *common,
+                    "process group and child subreaper (orphans killed)"]
+        hidden, fresh = self._masks()
+        return [*common, f"unprivileged uid {self.uid} (no groups, no capabilities, no_new_privs)",
+                "pid namespace (whole tree killed)", "no network (network namespace)", "IPC namespace",
+                "project and results hidden (mount namespace): " + ", ".join(hidden),
+                "fresh tmpfs for the cwd and " + ", ".join(fresh) + " (nothing persists)"]
+
+    def close(self) -> None:
+        """Kill anything left, release the uid, remove the scratch folder. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if self.isolate:
+                    _sweep_uid(self.uid)
+                self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------------------ one call
+
+    def _call(self, scenario, inputs, deadline, names):
+        request = wire.encode({"scenario": scenario, "inputs": inputs})
+        try:
+            wire.decode(request)          # the worker decodes it under the same caps
+        except wire.WireError as e:
+            raise ValueError(f"inputs too large or too deep for the wire: {e}") from None
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this sandbox is closed")
+            start = time.monotonic()
+            call_dir = self._new_call_dir()
+            try:
+                returncode, raw, outcome = self._run(call_dir, request, deadline, start)
+            finally:
+                _rmtree(call_dir)
+            reply = _judge(returncode, raw, outcome, deadline, names)
+            return Reply(reply.status, reply.data, reply.error, time.monotonic() - start)
+
+    def _run(self, call_dir, request, deadline, start):
+        """Start the worker, collect its reply until EOF, exit or deadline, then kill the tree.
+        Returns (returncode or None, reply bytes, "exited" | "timeout" | "overflow")."""
+        read_end, write_end = os.pipe()
+        try:
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(request)
+                stdin.seek(0)
+                argv = [*self._prefix(call_dir, deadline), self._runtime.python, "-I", "-S", "-B",
+                        str(call_dir / "worker.py"), self._runtime.site, str(write_end)]
+                with _SPAWN_LOCK:
+                    proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, pass_fds=(write_end,),
+                                            cwd=call_dir if self.isolate else call_dir / "work",
+                                            env=self._env(call_dir), start_new_session=True)
+                    _LIVE.add(proc.pid)
+            os.close(write_end)
+            write_end = None
+            try:
+                raw, outcome = _collect(read_end, proc, start + deadline)
+            finally:
+                self._kill_tree(proc)
+            if outcome == "exited":
+                raw += _drain(read_end, REPLY_CAP + 1 - len(raw))   # anything a stray process added
+                if len(raw) > REPLY_CAP:
+                    outcome = "overflow"
+            return proc.returncode, raw, outcome
+        finally:
+            os.close(read_end)
+            if write_end is not None:
+                os.close(write_end)
+
+    def _kill_tree(self, proc):
+        try:
+            if self.isolate:
+                _kill_namespace(proc)
+                _sweep_uid(self.uid)          # belt and braces: nothing may run as this uid now
+            else:
+                _kill_group(proc, self._env_extra["CS349E_SANDBOX"])
+        finally:
+            with _SPAWN_LOCK:
+                _LIVE.discard(proc.pid)
+
+    # ------------------------------------------------------------------------------ the launch
+
+    def _prefix(self, call_dir, deadline):
+        """argv that runs what follows it inside the sandbox. rlimits first, so they bind every
+        process of the chain (no core dump even from the wrappers); all survive exec and setuid."""
+        cpu = max(1, int(deadline + 0.999)) + 1
+        limits = [self._tools["prlimit"], f"--as={LIMITS['as']}", f"--cpu={cpu}:{cpu + 1}",
+                  f"--fsize={LIMITS['fsize']}", f"--nofile={LIMITS['nofile']}", f"--core={LIMITS['core']}"]
+        if self.isolate:
+            limits.append(f"--nproc={LIMITS['nproc']}")   # per real uid: root (the wrappers) is exempt
+        outer = [*limits, "--", self._tools["setpriv"], "--pdeathsig=KILL", "--"]  # grader dies -> so does this
+        if not self.isolate:
+            return outer
+        hidden, fresh = self._masks()
+        mount, q = self._tools["mount"], shlex.quote
+        work = q(str(call_dir / "work"))
+        lines = ["set -e"]
+        lines += [f"{mount} -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0755 cs349e-hidden {q(p)}" for p in hidden]
+        lines += [f"{mount} -t tmpfs -o nosuid,nodev,size=16m,mode=1777 cs349e-tmp {q(p)}" for p in fresh]
+        lines += [f"{mount} -t tmpfs -o nosuid,nodev,size=64m,mode=0700,uid={self.uid},gid={self.uid} "
+                  f"cs349e-work {work}", f"cd {work}", "unset PWD OLDPWD", 'exec "$@"']
+        namespaces = [self._tools["unshare"], "--pid", "--net", "--mount", "--ipc", "--fork",
+                      "--kill-child", "--mount-proc", "--"]
+        return [*outer, *namespaces, "/bin/sh", "-c", "\n".join(lines), "sh",
+                *runtime.drop_privileges_argv(self.uid)]
+
+    def _masks(self):
+        """(paths hidden behind an empty read-only tmpfs, world-writable paths given a fresh tmpfs),
+        parents before children, nested ones dropped; refuses to hide what the sandbox needs."""
+        hidden = set()
+        for p in (str(PROJECT_ROOT), *HIDDEN, *self._hide):
+            real = os.path.realpath(p)
+            if os.path.exists(real):
+                hidden.add(real if os.path.isdir(real) else os.path.dirname(real))
+        fresh = {os.path.realpath(p) for p in FRESH if os.path.isdir(p)}
+        chosen, kinds = [], {}
+        for p in sorted(hidden | fresh, key=lambda s: (s.count("/"), s)):
+            if p == "/" or any(_inside(p, c) for c in chosen):
+                continue
+            chosen.append(p)
+            kinds[p] = p in fresh and p not in hidden
+        for needed in (self._runtime.python, self._runtime.site, str(self._scratch)):
+            if any(_inside(os.path.realpath(needed), c) for c in chosen):
+                raise RuntimeError(f"{needed} is needed inside the sandbox but lies in a hidden folder")
+        return [p for p in chosen if not kinds[p]], [p for p in chosen if kinds[p]]
+
+    def _env(self, call_dir):
+        home = call_dir / "work"
+        return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                **self._env_extra}
+
+    def _new_call_dir(self):
+        """A fresh folder: the code files (read-only) and an empty cwd. Isolated: root:uid 0750, files
+        root:uid 0440, so this uid can read them, change nothing, and no other job's uid can look."""
+        d = Path(tempfile.mkdtemp(prefix=f"call-{self.uid}-", dir=self._scratch))
+        for name, data in self._files.items():
+            (d / name).write_bytes(data)
+            os.chmod(d / name, 0o440 if self.isolate else 0o444)
+        (d / "work").mkdir(mode=0o755 if self.isolate else 0o700)
+        if self.isolate:
+            for name in self._files:
+                os.chown(d / name, 0, self.uid)
+            os.chown(d, 0, self.uid)
+            os.chmod(d, 0o750)
+        return d
+
+    def _check_runtime(self):
+        """Once per process and runtime: the whole launch chain runs numpy, or a clear RuntimeError."""
+        key = (self.isolate, self._runtime.python)
+        with _CHECKED_LOCK:
+            if key in _CHECKED:
+                return
+            call_dir = self._new_call_dir()
+            try:
+                runtime.check(self._runtime, self._prefix(call_dir, 30.0),
+                              cwd=str(call_dir if self.isolate else call_dir / "work"))
+            finally:
+                _rmtree(call_dir)
+            _CHECKED.add(key)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+_SPAWN_LOCK = threading.Lock()        # spawning and orphan-reaping never interleave
+_LIVE: set[int] = set()               # pids of workers being run by some Sandbox of this process
+_CHECKED: set = set()
+_CHECKED_LOCK = threading.Lock()
+_RUNTIME_LOCK = threading.Lock()
+_RUNTIME: list = []
+
+
+def _isolated_runtime():
+    with _RUNTIME_LOCK:
+        if not _RUNTIME:
+            _RUNTIME.append(runtime.provision())
+        return _RUNTIME[0]
+
+
+def _read_files(submission, scenarios_file):
+    return {"paged_kv.py": _read_submission(submission), **{
+        name: Path(src).read_bytes() for name, src in
+        {**WORKER_FILES, **({"scenarios.py": scenarios_file} if scenarios_file else {})}.items()}}
+
+
+def _read_submission(submission):
+    """The submission's bytes. It must be a regular file reached without symlinks: as root, a
+    submitted symlink (zips can hold them) to the reference would otherwise be graded as the
+    student's own code."""
+    path = Path(submission)
+    if path.is_dir():
+        path = path / "paged_kv.py"
+    if os.path.realpath(path) != os.path.abspath(path):
+        raise ValueError(f"{path}: a submission reached through a symlink is refused")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        source = f.read(SUBMISSION_CAP + 1)
+    if len(source) > SUBMISSION_CAP:
+        raise ValueError(f"{path} is larger than {SUBMISSION_CAP} bytes")
+    return source
+
+
+def _tool(name):
+    found = shutil.which(name, path=_TOOL_PATH)
+    if not found:
+        raise RuntimeError(f"`{name}` is missing: install util-linux (apt-get install util-linux)")
+    return found
+
+
+def _inside(path, folder):
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _release(lock_fd, scratch):
+    if lock_fd is not None:
+        os.close(lock_fd)
+    if scratch is not None:
+        _rmtree(scratch)
+
+
+def _rmtree(path):
+    """rmtree that first gives back permissions a submission may have taken away (chmod 000)."""
+    def retry(func, p, _exc):
+        for target in (os.path.dirname(p), p):
+            try:
+                os.chmod(target, 0o700, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
+        func(p)
+    try:
+        shutil.rmtree(path, onerror=retry)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _collect(fd, proc, deadline_at):
+    """Read the reply pipe until EOF (every writer gone) or the worker's exit, within the deadline."""
+    buf = bytearray()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        left = deadline_at - time.monotonic()
+        if left <= 0:
+            return buf, "timeout"
+        if poller.poll(min(left, 0.05) * 1000):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > REPLY_CAP:
+                return buf, "overflow"
+        elif proc.poll() is not None:
+            break
+    try:
+        proc.wait(max(0.0, deadline_at - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return buf, "timeout"
+    return buf, "exited"
+
+
+def _drain(fd, cap):
+    """What is left in the pipe, without blocking (its writers are dead by now)."""
+    os.set_blocking(fd, False)
+    out = bytearray()
+    while len(out) < cap:
+        try:
+            chunk = os.read(fd, min(1 << 20, cap - len(out)))
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+class _Proc(NamedTuple):
+    pid: int
+    ppid: int
+    state: str     # "Z": a zombie
+    session: int
+
+
+def _procs():
+    """Every process in /proc (of this pid namespace)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()    # the command name may hold ")"
+                yield _Proc(int(name), int(fields[1]), fields[0].decode(), int(fields[3]))
+            except (OSError, IndexError, ValueError):
+                continue
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_namespace(proc):
+    """Kill the pid namespace's first process: the kernel then kills every process in it, and the
+    wrapper (unshare) exits only once they are all gone. Falls back to the wrapper itself."""
+    if proc.poll() is None:
+        init = [p.pid for p in _procs() if p.ppid == proc.pid]
+        for pid in init:
+            _kill(pid)
+        if not init:
+            proc.kill()
+        try:
+            proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _uid_of(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _sweep_uid(uid, timeout=2.0):
+    """SIGKILL every live process whose real uid is `uid` (reserved for one sandbox), until none."""
+    end = time.monotonic() + timeout
+    while True:
+        victims = [p.pid for p in _procs() if p.state != "Z" and _uid_of(p.pid) == uid]
+        if not victims or time.monotonic() > end:
+            return
+        for pid in victims:
+            _kill(pid)
+        time.sleep(0.005)
+
+
+def _become_subreaper():
+    """Orphans of the worker (setsid'd grandchildren) get this process as their parent, so they can
+    be found and killed. PR_SET_CHILD_SUBREAPER = 36."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_group(proc, token):
+    """Not isolated: kill the worker's process group, then every orphan it left, reparented to us."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    marker, me, my_session = f"CS349E_SANDBOX={token}".encode(), os.getpid(), os.getsid(0)
+    with _SPAWN_LOCK:
+        for _ in range(1000):
+            # live orphans carry the marker in their environment; dead ones (zombies) keep their
+            # session, which is never ours (workers start new sessions), unlike other children's
+            orphans = [p.pid for p in _procs() if p.ppid == me and p.pid not in _LIVE and
+                       (p.session != my_session if p.state == "Z" else _has_env(p.pid, marker))]
+            if not orphans:
+                return
+            for pid in orphans:
+                _kill(pid)
+            for pid in orphans:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+def _has_env(pid, marker):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------- the verdict
+
+_BUILTIN_EXCEPTIONS = frozenset(name for name, cls in vars(builtins).items()
+                                if isinstance(cls, type) and issubclass(cls, BaseException))
+
+
+def _judge(returncode, raw, outcome, deadline, names):
+    if outcome == "timeout":
+        return Reply("timeout", error=f"no reply within {deadline:g} s, so the worker was killed")
+    if outcome == "overflow":
+        return Reply("bad_reply", error=f"reply larger than {REPLY_CAP >> 20} MiB, so the worker was killed")
+    if returncode != 0:
+        return Reply("crashed", error=_death(returncode))
+    if not raw:
+        return Reply("crashed", error="the worker exited without replying")
+    try:
+        message = wire.decode(raw)
+    except wire.WireError as e:
+        return Reply("bad_reply", error=f"malformed reply: {e}")
+    return _interpret(message, names) or Reply("bad_reply", error="malformed reply: not a worker reply")
+
+
+def _death(returncode):
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"worker killed by signal {-returncode} ({name})"
+    return f"worker exited with status {returncode} without a valid reply"
+
+
+def _interpret(msg, names):
+    """A decoded reply -> Reply, or None when it is not one of the shapes worker.py sends."""
+    if type(msg) is not dict or type(msg.get("status")) is not str:
+        return None
+    status, keys = msg["status"], set(msg)
+    if names is None and status == "ok" and keys == {"status", "result"}:
+        return Reply("ok", data=msg["result"])
+    if names is not None and status == "ok" and keys == {"status", "missing"}:
+        missing = msg["missing"]
+        if type(missing) is not list or any(m not in names for m in missing):
+            return None
+        return Reply("ok", data={"missing": list(missing)}, error="missing: " + ", ".join(missing) if missing else "")
+    error = msg.get("error")
+    if error is not None and (type(error) is not str or error not in _BUILTIN_EXCEPTIONS):
+        return None
+    if status == "raised" and keys == {"status", "error"}:
+        return Reply("raised", error=error)
+    if status == "unencodable" and keys == {"status", "error"}:
+        return Reply("bad_reply", error=f"the scenario's result cannot cross the sandbox boundary ({error})")
+    if status == "no_scenario" and keys == {"status"}:
+        return Reply("crashed", error="the worker could not load the scenarios or find this one (grader bug?)")
+    if status == "import_error" and error and keys <= {"status", "error", "line", "message", "module"}:
+        return _import_error(error, msg.get("line"), msg.get("message"), msg.get("module"), names)
+    return None
+
+
+def _import_error(error, line, message, module, names):
+    if line is not None and (type(line) is not int or not 0 < line < 10 ** 7):
+        return None
+    if message is not None and type(message) is not str:
+        return None
+    if module is not None and (names is None or type(module) is not str or len(module) > 100
+                               or not module.isascii() or not all(p.isidentifier() for p in module.split("."))):
+        return None
+    text = error + (f" at line {line}" if line else "") + (f": {_printable(message)}" if message else "")
+    if module:
+        text += f" (module '{module}')"
+    return Reply("import_error", data={"line": line, "missing": []}, error=text)
+
+
+def _printable(text, cap=160):
+    """Plain ASCII, no control characters, at most `cap` characters."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:cap])

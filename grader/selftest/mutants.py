@@ -1,0 +1,431 @@
+"""Mutants of the reference: realistic student bugs, each written as data applied to the text of
+solution/paged_kv.py.
+
+    Mutant(name, part, bug, edits, witness)
+
+`edits` is a list of (find, replace) pairs; every `find` must occur EXACTLY ONCE in the reference
+(`apply` asserts it), so a refactor of the reference breaks this file loudly instead of silently
+turning a mutant into a copy of the reference. `part` is the rubric part whose points the bug must
+cost. `bug` says what is wrong and how verify_corpus.py showed it differs from the contract (the
+observed difference, measured in-process against the reference); `witness` names the check in
+verify_corpus.py that demonstrates it (that check must fail on the mutant, and it is a check of
+`part`).
+
+Every mutant changes behaviour the contract specifies and grades: nothing here differs only in
+error wording, wrong-type inputs, views vs copies, or other items of "What is not graded".
+"""
+import os
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+REFERENCE = os.path.join(REPO, "solution", "paged_kv.py")
+PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    part: str
+    bug: str
+    edits: tuple
+    witness: str = ""
+
+
+def reference_text():
+    with open(REFERENCE, encoding="utf-8") as f:
+        return f.read()
+
+
+def apply(mutant, text=None):
+    """The mutant's source: the reference with every edit applied; each `find` must occur once."""
+    original = reference_text() if text is None else text
+    text = original
+    for find, replace in mutant.edits:
+        n, now = original.count(find), text.count(find)
+        assert n == 1 and now == 1, (f"mutant {mutant.name}: {find!r} occurs {n} times in the reference and {now} "
+                                     "times after the earlier edits (must be exactly once)")
+        text = text.replace(find, replace)
+    assert text != original, f"mutant {mutant.name} changes nothing"
+    return text
+
+
+M = Mutant
+_ALLOC_HEAD = ("        if not self._free:\n"
+               "            raise MemoryError(f\"all {self.n_blocks} blocks are in use\")\n")
+_IN_USE_RANGE = ("        if not 0 <= b < self.n_blocks:\n"
+                 "            raise ValueError(f\"block id {b} is outside [0, {self.n_blocks})\")\n"
+                 "        if self._ref[b] == 0:")
+_REFCOUNT_RANGE = ("        if not 0 <= b < self.n_blocks:\n"
+                   "            raise ValueError(f\"block id {b} is outside [0, {self.n_blocks})\")\n"
+                   "        return self._ref[b]")
+_COPY_HEAD = "        b = self._in_use(b)\n        new = self.alloc()\n"
+_DECREF_HEAD = "        b = self._in_use(b)\n        self._ref[b] -= 1\n"
+_BW_SCORES = 'scores.append(np.einsum("hd,mhd->hm", q, seq.pool.k[layer, b, :m]) / np.sqrt(q.shape[-1]))'
+
+MUTANTS = [
+    # ------------------------------------------------------------------ Part 1: the block allocator
+    M("alloc_highest_first", "allocator",
+      "The free list is a plain stack: alloc pops the END of [0..n-1], so a fresh pool hands out n-1 first "
+      "(vLLM 0.2.0's pop()). Verified: a fresh 8-block pool's first alloc returns 7, the contract says 0.",
+      (("b = heapq.heappop(self._free)", "b = self._free.pop()"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+    M("alloc_lifo_reuse", "allocator",
+      "Free list kept as a stack seeded high-to-low: fresh allocs are 0,1,2... but a freed block is reused "
+      "LIFO. Verified: alloc 0..4, decref 4,0,2, then alloc returns 2 (contract: 0, the lowest free).",
+      (("self._free = list(range(n_blocks))", "self._free = list(range(n_blocks - 1, -1, -1))"),
+       ("b = heapq.heappop(self._free)", "b = self._free.pop()"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+    M("alloc_fifo_reuse", "allocator",
+      "Free list is a FIFO queue (nano-vllm's deque): freed blocks go to the back. Verified: alloc 0..4 of 8, "
+      "decref 4,0,2, then alloc returns 5 (contract: 0).",
+      (("b = heapq.heappop(self._free)", "b = self._free.pop(0)"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+    M("decref_leaks_block", "allocator",
+      "decref to 0 decrements n_used but never returns the block to the free list (a leak). Verified: 8-block "
+      "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3.",
+      (("            heapq.heappush(self._free, b)\n", ""),), "a_order"),
+    M("decref_frees_at_one", "allocator",
+      "Off by one in decref: the block is freed when its refcount drops to 1 instead of 0. Verified: alloc, "
+      "incref twice, decref twice -> n_used is 0 while refcount is 1 (contract: n_used 1), and the block is "
+      "handed out again by the next alloc.",
+      (("        self._ref[b] -= 1\n        if self._ref[b] == 0:", "        self._ref[b] -= 1\n        if self._ref[b] == 1:"),),
+      "a_refcount"),
+    M("n_used_counts_refs", "allocator",
+      "n_used sums the refcounts (double-counts shared blocks) instead of counting blocks in use. Verified: "
+      "one block with refcount 3 reports n_used 3 (contract: 1).",
+      (("return self._used\n", "return sum(self._ref)\n"),), "a_refcount"),
+    M("used_not_decremented", "allocator",
+      "decref frees the block but forgets n_used -= 1, so n_used/n_free drift. Verified: alloc 4, decref 2 -> "
+      "n_used 4, n_free 2 (contract: 2 and 4).",
+      (("            self._used -= 1\n", ""),), "a_counts_peak"),
+    M("peak_never_updated", "allocator",
+      "peak_used is never updated after __init__. Verified: after 4 allocs peak_used is 0 (contract: 4).",
+      (("        self.peak_used = max(self.peak_used, self._used)\n", ""),), "a_counts_peak"),
+    M("peak_follows_decref", "allocator",
+      "decref sets peak_used = n_used when a block is freed (peak confused with current use). Verified: alloc "
+      "4, decref 2 -> peak_used 2 (contract: 4, the largest n_used ever).",
+      (("heapq.heappush(self._free, b)", "heapq.heappush(self._free, b)\n            self.peak_used = self._used"),),
+      "a_counts_peak"),
+    M("peak_counts_allocs", "allocator",
+      "peak_used counts every alloc ever made instead of the largest n_used. Verified: alloc 4, decref 2, alloc 1 "
+      "-> peak_used 5 (contract: 4).",
+      (("self.peak_used = max(self.peak_used, self._used)", "self.peak_used += 1"),), "a_counts_peak"),
+    M("peak_reset_when_empty", "allocator",
+      "peak_used is reset to 0 when the pool becomes empty. Verified: alloc 6 then decref all -> peak_used 0 "
+      "(contract: 6; also the drivers' final peak differs).",
+      (("heapq.heappush(self._free, b)",
+        "heapq.heappush(self._free, b)\n            if self._used == 0:\n                self.peak_used = 0"),),
+      "a_counts_peak"),
+    M("alloc_returns_minus1", "allocator",
+      "alloc on a full pool returns -1 (C style) instead of raising MemoryError. Verified: 3-block pool, 4th "
+      "alloc returns -1, no MemoryError.",
+      ((_ALLOC_HEAD, "        if not self._free:\n            return -1\n"),), "a_exhaust"),
+    M("alloc_returns_none", "allocator",
+      "alloc on a full pool returns None instead of raising MemoryError. Verified: 4th alloc of a 3-block pool "
+      "returns None.",
+      ((_ALLOC_HEAD, "        if not self._free:\n            return None\n"),), "a_exhaust"),
+    M("alloc_counts_before_check", "allocator",
+      "alloc bumps n_used before checking for a free block, so a failed alloc changes the pool. Verified: "
+      "full 3-block pool, two failed allocs raise MemoryError but leave n_used 5, n_free -2 (contract: unchanged).",
+      ((_ALLOC_HEAD + "        b = heapq.heappop(self._free)\n        self._ref[b] = 1\n        self._used += 1\n",
+        "        self._used += 1\n" + _ALLOC_HEAD + "        b = heapq.heappop(self._free)\n        self._ref[b] = 1\n"),),
+      "a_exhaust"),
+    M("copy_block_no_v", "allocator",
+      "copy_block copies K but not V. Verified: after copy_block(1) -> 0, v[:, 0] still holds block 0's old "
+      "data (contract: equal to v[:, 1] in every layer).",
+      (("        self.v[:, new] = self.v[:, b]\n", ""),), "a_copy"),
+    M("copy_block_layer0", "allocator",
+      "copy_block copies only layer 0. Verified (3-layer Config): k[1:, new] differs from k[1:, src].",
+      (("self.k[:, new] = self.k[:, b]", "self.k[0, new] = self.k[0, b]"),
+       ("self.v[:, new] = self.v[:, b]", "self.v[0, new] = self.v[0, b]")), "a_copy"),
+    M("copy_block_decrefs_source", "allocator",
+      "copy_block also drops the source's reference (it thinks it does the whole copy-on-write). Verified: "
+      "alloc b, copy_block(b) -> refcount(b) 0 (contract: source refcount unchanged, 1).",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.decref(b)\n"),), "a_copy"),
+    M("copy_block_increfs_source", "allocator",
+      "copy_block increments the source's refcount. Verified: alloc b, copy_block(b) -> refcount(b) 2 "
+      "(contract: 1).",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.incref(b)\n"),), "a_copy"),
+    M("copy_block_no_count", "allocator",
+      "copy_block never increments n_copies. Verified: after a copy n_copies is 0 (contract: 1).",
+      (("        self.n_copies += 1\n", ""),), "a_copy"),
+    M("copy_block_counts_first", "allocator",
+      "copy_block increments n_copies before allocating, so a copy on a full pool changes state. Verified: "
+      "full 2-block pool, copy_block(0) raises MemoryError but n_copies becomes 1 (contract: 0).",
+      (("        self.n_copies += 1\n", ""), (_COPY_HEAD, "        b = self._in_use(b)\n        self.n_copies += 1\n"
+                                                       "        new = self.alloc()\n")), "a_copy_full"),
+    M("copy_block_no_validation", "allocator",
+      "copy_block does not check that the source is a valid block in use. Verified: copy_block of a free "
+      "block succeeds (contract: ValueError, pool unchanged).",
+      ((_COPY_HEAD, "        b = int(b)\n        new = self.alloc()\n"),), "a_free_block_ops"),
+    M("negative_id_wraps", "allocator",
+      "incref/decref/copy_block check only b < n_blocks, so -1 wraps to the last block (Python indexing). "
+      "Verified: full 4-block pool, incref(-1) returns normally (contract: ValueError, pool unchanged).",
+      ((_IN_USE_RANGE, _IN_USE_RANGE.replace("0 <= b <", "b <")),), "a_bad_ids"),
+    M("refcount_negative_wraps", "allocator",
+      "refcount checks only b < n_blocks, so refcount(-1) returns the last block's count. Verified: full "
+      "4-block pool, refcount(-1) returns 1 (contract: ValueError).",
+      ((_REFCOUNT_RANGE, _REFCOUNT_RANGE.replace("0 <= b <", "b <")),), "a_bad_ids"),
+    M("id_upper_off_by_one", "allocator",
+      "Range check `0 <= b <= n_blocks`: id n_blocks passes it and crashes with IndexError. Verified: "
+      "incref(4) on a 4-block pool raises IndexError (contract: ValueError).",
+      ((_IN_USE_RANGE, _IN_USE_RANGE.replace("b < self.n_blocks:", "b <= self.n_blocks:")),), "a_bad_ids"),
+    M("incref_accepts_free", "allocator",
+      "incref checks the id range but not that the block is in use. Verified: incref of a free block "
+      "succeeds, refcount 1 while the block is still on the free list (contract: ValueError).",
+      (("        self._ref[self._in_use(b)] += 1\n",
+        "        b = _as_int(b, \"block id\")\n        if not 0 <= b < self.n_blocks:\n"
+        "            raise ValueError(f\"bad block id {b}\")\n        self._ref[b] += 1\n"),), "a_free_block_ops"),
+    M("decref_accepts_free", "allocator",
+      "decref does not detect a double free: the refcount goes to -1. Verified: alloc, decref, decref -> "
+      "no ValueError, refcount -1 (contract: ValueError, pool unchanged).",
+      ((_DECREF_HEAD, "        b = _as_int(b, \"block id\")\n        self._ref[b] -= 1\n"),), "a_double_free"),
+    M("storage_tiny_shape", "allocator",
+      "Storage shape hard-coded for TINY (2 layers, 4 heads, d_head 16). Verified: a pool for a 3-layer, "
+      "3-head, d_head 8 Config has k.shape (2, n, B, 4, 16) (contract: (3, n, B, 3, 8)).",
+      (("shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)",
+        "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh"),
+
+    # ------------------------------------------------------------- Part 2: paged KV and the paged step
+    M("slots_swapped", "paged_step",
+      "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
+      "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10).",
+      (("[pos // self.pool.block_size], pos % self.pool.block_size",
+        "[pos % self.pool.block_size], pos // self.pool.block_size"),), "p_equiv"),
+    M("slots_ignore_table", "paged_step",
+      "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
+      "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4.",
+      (("np.asarray(self.blocks, dtype=np.int64)[pos // self.pool.block_size]", "pos // self.pool.block_size"),),
+      "p_equiv"),
+    M("embed_start_plus_one", "paged_step",
+      "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
+      "contiguous forward by O(1).",
+      (("x = embed(params, cfg, chunk, start)", "x = embed(params, cfg, chunk, start + 1)"),), "p_equiv"),
+    M("causal_start_zero", "paged_step",
+      "attention_core is given start=0 whatever the position, so a decode token sees only key 0. Verified: "
+      "prefill matches, the first decode differs from contiguous.",
+      (("attention_core(q, K, V, start))", "attention_core(q, K, V, 0))"),), "p_equiv"),
+    M("causal_start_last", "paged_step",
+      "attention_core is given start + T - 1: every query of a prefill sees the whole chunk (no causal mask "
+      "inside the chunk). Verified: every multi-token chunk's logits differ (single-token decodes still match).",
+      (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv"),
+    M("blocks_floor_plus_one", "paged_step",
+      "Blocks needed computed as (length + n) // B + 1 instead of ceil: one block too many whenever the new "
+      "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1).",
+      (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size + 1"),),
+      "p_boundaries"),
+    M("blocks_floor", "paged_step",
+      "Blocks needed computed as (length + n) // B (floor): a partly filled last block is never allocated. "
+      "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block).",
+      (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size"),),
+      "p_boundaries"),
+    M("outputs_sorted_by_length", "paged_step",
+      "The compute loop processes the batch shortest-chunk-first (a 'batching' optimisation) and returns the "
+      "logits in that order. Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) "
+      "(contract: one per sequence, in list order).",
+      (("    out = []\n    for seq, chunk in zip(seqs, chunks):\n",
+        "    out = []\n    for seq, chunk in sorted(zip(seqs, chunks), key=lambda p: len(p[1])):\n"),), "p_batch_order"),
+    M("reserve_reverse_order", "paged_step",
+      "Blocks are reserved for the batch in reverse list order, so tables differ from the lowest-first, "
+      "list-order allocation. Verified: three new sequences prefilled with 7, 2, 5 tokens get tables "
+      "[3,4], [2], [0,1] (contract: lowest free first, in list order: [0,1], [2], [3,4]).",
+      (("        seq.reserve(len(chunk))\n", "        pass\n    for seq, chunk in reversed(list(zip(seqs, chunks))):\n"
+                                              "        seq.reserve(len(chunk))\n"),), "p_batch_order"),
+    M("no_step_precheck", "paged_step",
+      "No up-front count: sequences reserve one by one, so a step that runs out part-way leaves earlier "
+      "sequences grown. Verified: two sequences, enough blocks for the first only -> MemoryError with the "
+      "first sequence's table already extended (contract: nothing changed).",
+      (("        if n > pool.n_free:\n            raise MemoryError(f\"this step needs {n} blocks, "
+        "the pool has {pool.n_free} free\")\n", "        pass\n"),), "p_atomic"),
+    M("count_copies_n", "paged_step",
+      "The step's count charges one copy per sequence writing into a partly filled last block (n, even when "
+      "unshared) instead of min(n, refcount - 1). Verified: a step needing exactly the 3 free blocks, one "
+      "sequence extending its own partial block, raises MemoryError (contract: a step that fits must not fail).",
+      (("need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += n"),), "p_exact_count"),
+    M("count_ignores_copies", "paged_step",
+      "The step's count forgets copy-on-write copies, so a step that cannot copy passes the check and fails "
+      "mid-way. Verified: 3 sharers, 1 free block -> MemoryError raised after the first sequence copied "
+      "(n_copies 1, table changed; contract: nothing changed).",
+      (("need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += 0"),), "p_atomic"),
+    M("token_eq_vocab_accepted", "paged_step",
+      "Token check uses > vocab: token == vocab passes validation and crashes later with IndexError after the "
+      "pool changed. Verified: chunk [vocab] -> IndexError, not ValueError.",
+      (("arr.max() >= cfg.vocab", "arr.max() > cfg.vocab"),), "p_validation"),
+    M("negative_token_wraps", "paged_step",
+      "Negative token ids are not rejected and wrap around in the embedding table. Verified: chunk [-1] "
+      "returns logits (contract: ValueError).",
+      (("if arr.min() < 0 or arr.max() >= cfg.vocab:", "if arr.max() >= cfg.vocab:"),), "p_validation"),
+    M("max_len_exact_rejected", "paged_step",
+      "max_len check off by one (>=): a step that reaches max_len exactly is refused. Verified: max_len 24, "
+      "length 20 + 4 tokens -> ValueError (contract: fine).",
+      (("seq.length + arr.size > cfg.max_len", "seq.length + arr.size >= cfg.max_len"),), "p_validation"),
+    M("max_len_unchecked", "paged_step",
+      "No max_len check in paged_step (relies on embed's): an overlong second sequence fails only after the "
+      "first was advanced. Verified: [ok, overlong] -> ValueError but the first sequence's length changed.",
+      (("    if seq.length + arr.size > cfg.max_len:\n        raise ValueError(f\"{seq.length} + {arr.size} "
+        "tokens would pass max_len={cfg.max_len}\")\n", ""),), "p_validation"),
+    M("empty_chunk_accepted", "paged_step",
+      "Empty chunks pass validation (token check skipped when empty), so reserve(0) fails after earlier "
+      "sequences reserved. Verified: chunks [[1,2,3], empty int64 array] -> ValueError with the first "
+      "sequence's table grown (an empty Python list is still refused by the dtype check).",
+      (("if arr.ndim != 1 or arr.size == 0:", "if arr.ndim != 1:"),
+       ("if arr.min() < 0 or arr.max() >= cfg.vocab:", "if arr.size and (arr.min() < 0 or arr.max() >= cfg.vocab):")),
+      "p_validation"),
+    M("len_mismatch_unchecked", "paged_step",
+      "len(seqs) != len(chunks) is not checked; zip silently drops the extra sequence. Verified: 2 sequences, "
+      "1 chunk -> returns 1 output and advances the first (contract: ValueError, nothing changed).",
+      (("    if len(seqs) != len(chunks):\n        raise ValueError(f\"{len(seqs)} sequences but {len(chunks)} "
+        "chunks\")\n", ""),), "p_validation"),
+    M("memory_before_value", "paged_step",
+      "Validation runs after the capacity check, so bad input on a full pool gives MemoryError. Verified: "
+      "full pool + a chunk that would pass max_len -> MemoryError (contract: ValueError before any MemoryError).",
+      (("    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n", ""),
+       ("    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n",
+        "    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n"
+        "    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n")), "p_validation"),
+    M("length_per_layer", "paged_step",
+      "length is advanced inside the layer loop (+= T per layer). Verified: lengths grow by T * n_layers, so "
+      "the next step over-counts its blocks (spurious MemoryError) or attends at wrong positions.",
+      (("        seq.length = start + T\n", ""),
+       ("x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))",
+        "x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))\n            seq.length += T")),
+      "p_equiv"),
+    M("slots_block_size_16", "paged_step",
+      "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
+      "from contiguous (block size 16 still works).",
+      (("[pos // self.pool.block_size], pos % self.pool.block_size", "[pos // 16], pos % 16"),), "p_equiv"),
+    M("layers_hard_coded_2", "paged_step",
+      "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
+      "the contiguous forward (a 1-layer Config crashes).",
+      (("        for layer in range(cfg.n_layers):\n", "        for layer in range(2):\n"),), "p_equiv"),
+    M("storage_float32", "paged_step",
+      "K/V storage in float32. Verified: paged logits differ from the float64 contiguous forward by ~1e-6 "
+      "(contract: float64, equal to 1e-10).",
+      (("self.k = np.zeros(shape)", "self.k = np.zeros(shape, dtype=np.float32)"),
+       ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "p_equiv"),
+    M("read_old_length", "paged_step",
+      "Attends over seq.length positions, i.e. without the chunk just written. Verified: a prefill crashes "
+      "(no keys) and decodes differ from contiguous.",
+      (("K, V = seq.read(layer, start + T)", "K, V = seq.read(layer, seq.length)"),), "p_equiv"),
+    M("reserve_partial", "paged_step",
+      "reserve allocates block by block without checking first, so a failed reserve keeps the blocks it got. "
+      "Verified: 1 free block, reserve(9) with B=4 -> MemoryError with one block added to the table "
+      "(contract: all or nothing).",
+      (("        if need > self.pool.n_free:\n            raise MemoryError(f\"need {need} blocks, "
+        "{self.pool.n_free} free\")\n", ""),), "p_reserve"),
+    M("reserve_zero_accepted", "paged_step",
+      "reserve accepts n = 0 (checks n < 0). Verified: reserve(0) returns without ValueError.",
+      (("        if n < 1:\n            raise ValueError(f\"reserve needs n >= 1, got {n}\")",
+        "        if n < 0:\n            raise ValueError(f\"reserve needs n >= 1, got {n}\")"),), "p_reserve"),
+
+    # ------------------------------------------------------------------- Part 3: blockwise attention
+    M("bw_softmax_per_block", "blockwise_attention",
+      "Softmax normalised inside each block, then the per-block outputs summed (not eq. 4's one softmax). "
+      "Verified: length 9, B=4 -> differs from attention_core by O(1) (single-block lengths still match).",
+      (("    weights = [np.exp(s - top) for s in scores]\n    total = np.sum([w.sum(axis=-1) for w in weights], "
+        "axis=0)[:, None]\n",
+        "    weights = [np.exp(s - s.max(axis=-1, keepdims=True)) for s in scores]\n"
+        "    weights = [w / w.sum(axis=-1, keepdims=True) for w in weights]\n    total = 1.0\n"),), "b_equiv"),
+    M("bw_stale_slots", "blockwise_attention",
+      "The last block is read whole (B slots), including unfilled slots holding stale data. Verified: "
+      "length 5, B=4, random storage -> differs from attention_core.",
+      (("m = seq.blocks[i], min(B, L - i * B)", "m = seq.blocks[i], B"),), "b_equiv"),
+    M("bw_scale_d_model", "blockwise_attention",
+      "Scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head). Verified: differs from attention_core.",
+      ((_BW_SCORES, _BW_SCORES.replace("np.sqrt(q.shape[-1])", "np.sqrt(seq.pool.cfg.d_model)")),), "b_equiv"),
+    M("bw_no_scale", "blockwise_attention",
+      "Scores not scaled at all. Verified: differs from attention_core.",
+      ((_BW_SCORES, _BW_SCORES.replace(" / np.sqrt(q.shape[-1])", "")),), "b_equiv"),
+    M("bw_values_layer0", "blockwise_attention",
+      "V always read from layer 0 (wrong layer). Verified: layer 1 differs from attention_core.",
+      (("values.append(seq.pool.v[layer, b, :m])", "values.append(seq.pool.v[0, b, :m])"),), "b_equiv"),
+    M("bw_sorted_blocks", "blockwise_attention",
+      "Blocks visited in sorted physical order instead of table order. Verified: table [5, 1, 3] -> differs "
+      "from attention_core.",
+      (("b, m = seq.blocks[i], min(B, L - i * B)", "b, m = sorted(seq.blocks)[i], min(B, L - i * B)"),), "b_equiv"),
+    M("bw_drops_last_position", "blockwise_attention",
+      "The current position is left out (each block counted with length - 1). Verified: length 1 raises "
+      "ValueError (empty softmax), longer lengths differ from attention_core.",
+      (("min(B, L - i * B)", "min(B, L - 1 - i * B)"),), "b_equiv"),
+    M("bw_extra_block", "blockwise_attention",
+      "Number of blocks computed as L // B + 1 instead of ceil(L / B): one block too many when L is a multiple "
+      "of B. Verified: length 1 with B=1 (any length that is a multiple of B) -> IndexError.",
+      (("for i in range(-(-L // B)):", "for i in range(L // B + 1):"),), "b_equiv"),
+    M("bw_block_size_16", "blockwise_attention",
+      "Block size hard-coded to 16. Verified: B=4 differs from attention_core (B=16 matches).",
+      (("L, B = seq.length, seq.pool.block_size", "L, B = seq.length, 16"),), "b_equiv"),
+    M("bw_scale_tiny", "blockwise_attention",
+      "Scale hard-coded to TINY's d_head 16. Verified: a d_head 8 Config differs from attention_core.",
+      ((_BW_SCORES, _BW_SCORES.replace("np.sqrt(q.shape[-1])", "np.sqrt(16)")),), "b_equiv"),
+    M("bw_uses_read", "blockwise_attention",
+      "Gathers K/V with seq.read and calls attention_core (forbidden: the contract lets the tests pass an "
+      "object with only the listed attributes). Verified: a plain attribute object raises AttributeError.",
+      (("    scores, values = [], []\n",
+        "    K, V = seq.read(layer, L)\n    return attention_core(q[None, None], K, V, L - 1)[0, 0]\n"
+        "    scores, values = [], []\n"),), "b_equiv"),
+
+    # ------------------------------------------------------------ Part 4: sharing and copy-on-write
+    M("fork_no_incref", "copy_on_write",
+      "fork shares the table but does not incref. Verified: after fork the shared blocks have refcount 1 "
+      "(contract: 2).",
+      (("        for b in self.blocks:\n            self.pool.incref(b)\n", ""),), "c_fork"),
+    M("fork_aliases_table", "copy_on_write",
+      "fork gives the child the parent's list object (not a copy), so a child's copy-on-write or new block "
+      "changes the parent's table. Verified: 3 sharers of a partial block decode -> n_copies 1 (contract: 2) "
+      "and the tables are corrupted.",
+      (("child.blocks, child.length = list(self.blocks), self.length", "child.blocks, child.length = self.blocks, self.length"),),
+      "c_cow_step"),
+    M("fork_length_zero", "copy_on_write",
+      "fork copies the table but not the length (child.length stays 0). Verified: child.length 0 after fork "
+      "of a 6-token sequence (contract: 6).",
+      (("child.blocks, child.length = list(self.blocks), self.length", "child.blocks = list(self.blocks)"),), "c_fork"),
+    M("fork_eager_copy", "copy_on_write",
+      "fork copies every block (copy_block) instead of sharing. Verified: n_used grows by 2 and n_copies is "
+      "2 after one fork of a 2-block sequence (contract: shared, refcount 2, no copy).",
+      (("        for b in self.blocks:\n            self.pool.incref(b)\n        child.blocks, child.length = "
+        "list(self.blocks), self.length\n",
+        "        child.blocks, child.length = [self.pool.copy_block(b) for b in self.blocks], self.length\n"),),
+      "c_fork"),
+    M("cow_on_full_block", "copy_on_write",
+      "Copy-on-write also copies a FULL shared last block. Verified: 8-token prompt, B=4, 3 sharers decode -> "
+      "n_copies 2 (contract: 0; new tokens go to new blocks).",
+      (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
+        "return bool(self.blocks) and self.pool.refcount(self.blocks[-1]) > 1"),), "c_full_block"),
+    M("cow_always_n_copies", "copy_on_write",
+      "A sequence remembers it was forked and copies its partial last block on its first write, even when it "
+      "is the last holder (refcount 1). Verified: 3 sharers decode -> n_copies 3 (contract: n - 1 = 2).",
+      (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
+        "return self.length % self.pool.block_size != 0 and getattr(self, '_forked', False)"),
+       ("            self.pool.decref(shared)\n", "            self.pool.decref(shared)\n            self._forked = False\n"),
+       ("        child.blocks, child.length = list(self.blocks), self.length\n",
+        "        child.blocks, child.length = list(self.blocks), self.length\n        child._forked = self._forked = True\n")),
+      "c_cow_step"),
+    M("cow_never", "copy_on_write",
+      "No copy-on-write: sharers write into the shared partial block. Verified: after 3 sharers decode, "
+      "n_copies 0 and two of them get logits different from the contiguous forward.",
+      (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
+        "return False"),), "c_cow_step"),
+    M("cow_decref_new", "copy_on_write",
+      "After copying, decref the NEW block instead of the shared one: it is back on the free list while in "
+      "the table, and the shared block keeps its count. Verified: 3 sharers decode -> n_copies 3 (contract: 2).",
+      (("            self.pool.decref(shared)\n", "            self.pool.decref(self.blocks[-1])\n"),), "c_cow_step"),
+    M("cow_leaks_shared", "copy_on_write",
+      "After copying, the shared block is never decref'd (a leak). Verified: refcounts stay too high and "
+      "n_copies is 3 for 3 sharers (the last still sees refcount > 1).",
+      (("            self.pool.decref(shared)\n", ""),), "c_cow_step"),
+    M("free_no_reset", "copy_on_write",
+      "free decrefs the blocks but leaves blocks/length as they were. Verified: after free, blocks still "
+      "listed and length unchanged (contract: [] and 0); freeing again raises ValueError.",
+      (("        self.blocks, self.length = [], 0\n", ""),), "c_free"),
+    M("free_drops_all_refs", "copy_on_write",
+      "free releases each block completely (decref until 0), also blocks other sequences still share. "
+      "Verified: freeing a fork frees the parent's blocks too (refcounts 0 while in the parent's table).",
+      (("        for b in self.blocks:\n            self.pool.decref(b)\n        self.blocks",
+        "        for b in self.blocks:\n            while self.pool.refcount(b) > 0:\n                self.pool.decref(b)\n"
+        "        self.blocks"),), "c_free"),
+]
+
+BY_NAME = {m.name: m for m in MUTANTS}
+assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
+assert all(m.part in PARTS for m in MUTANTS)

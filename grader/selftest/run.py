@@ -1,0 +1,516 @@
+"""Prove the grader: grade every mutant, correct variant and hostile submission, and check the verdicts.
+
+    python -m grader.selftest.run [--jobs 2] [--only mutants|variants|hostile] [--json PATH]
+
+Each submission is built into a temp folder and graded by the grader's own command line,
+`python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be. Checks:
+
+  * the reference scores 100 and the stubs 0;
+  * every mutant loses points, and loses points in its own part (the `tags` of results.json);
+  * every correct variant scores exactly 100;
+  * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
+    the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
+    lab/, tests/ (hashed before and after; nothing new may appear, the canaries must survive), leaves
+    every results.json untouched (compared 12 s after the last grading, when every detached process
+    could have acted), leaks no line of the reference or the hidden suites into results.json, leaves
+    no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
+    never reaches the canary port;
+  * grading the reference and two mutants twice gives identical results apart from execution_time;
+  * every grading finishes (exit 0, a results.json with a score).
+
+Prints a short report; exits non-zero on any failure, listing which. Hostile submissions are only run
+as root (the grader isolates only then); --allow-unisolated runs them anyway (they are self-limiting,
+and what they leave behind is found and removed, but they may write into this checkout meanwhile).
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
+
+from grader.selftest import hostile as hostile_mod  # noqa: E402
+from grader.selftest import mutants as mutants_mod  # noqa: E402
+
+PARTS = mutants_mod.PARTS
+WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
+DETACHED_WAIT = 12.0                                       # s after the last grading
+GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
+DETERMINISM_MUTANTS = ("alloc_fifo_reuse", "cow_always_n_copies")
+SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
+SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
+              "pytest.ini", "results.json")
+EPS = 1e-6
+# Slowest first, so that the long ones overlap with the rest.
+SLOW_FIRST = ("hang_in_call", "memory_bomb", "fork_bomb", "output_flood", "detached_rewriter",
+              "slow_per_token", "hang_import", "network", "steal_reference", "drop_files", "tamper_grader")
+
+
+@dataclass
+class Sub:
+    kind: str                 # reference | stubs | mutant | variant | hostile | again
+    name: str
+    text: str
+    part: str = ""            # mutants: the part it must cost
+    base: str = ""            # hostile: stubs | solution | mutant name; again: the graded twin's key
+    key: str = ""
+    path: Path = None
+    results: Path = None
+    exit: int = None
+    wall: float = 0.0
+    data: dict = None
+    raw: bytes = b""
+    stderr: str = ""
+    problems: list = field(default_factory=list)
+
+    @property
+    def score(self):
+        return None if self.data is None else self.data.get("score")
+
+    def lost(self, part):
+        """Points lost in the tests tagged with `part`."""
+        return sum(float(t.get("max_score", 0)) - float(t.get("score", 0))
+                   for t in (self.data or {}).get("tests", []) if part in (t.get("tags") or []))
+
+
+# ------------------------------------------------------------------------------- the corpus
+def corpus(only, port):
+    subs = [Sub("reference", "reference", mutants_mod.reference_text())]
+    want_mutants = only in (None, "mutants")
+    want_hostile = only in (None, "hostile")
+    needed = {h.base for h in hostile_mod.HOSTILES} if want_hostile else set()
+    for m in mutants_mod.MUTANTS:
+        if want_mutants or m.name in needed:
+            subs.append(Sub("mutant", m.name, mutants_mod.apply(m), part=m.part))
+    if only in (None, "variants"):
+        for p in sorted((HERE / "variants").glob("*.py")):
+            if not p.name.startswith("_"):
+                subs.append(Sub("variant", p.stem, p.read_text()))
+    if want_hostile:
+        subs.append(Sub("stubs", "stubs", hostile_mod.STUBS))
+        for h in hostile_mod.HOSTILES:
+            subs.append(Sub("hostile", h.name, hostile_mod.build(h, port), base=h.base))
+    if want_mutants:
+        for twin in ("reference", *DETERMINISM_MUTANTS):
+            orig = next(s for s in subs if s.name == twin)
+            subs.append(Sub("again", twin, orig.text, base=f"{orig.kind}:{twin}"))
+    for s in subs:
+        s.key = f"{s.kind}:{s.name}"
+    return subs
+
+
+def build(subs, root):
+    for s in subs:
+        d = root / "subs" / s.key.replace(":", "-")
+        d.mkdir(parents=True)
+        s.path = d / "paged_kv.py"
+        s.path.write_text(s.text)
+        s.results = root / "results" / (s.key.replace(":", "-") + ".json")
+    (root / "results").mkdir()
+    (root / "logs").mkdir()
+
+
+def order(subs):
+    rank = {n: i for i, n in enumerate(SLOW_FIRST)}
+    return sorted(subs, key=lambda s: (rank.get(s.name, len(rank)), s.kind == "again"))
+
+
+# ------------------------------------------------------------------------------- grading
+def grade(s, root):
+    """Run the grader's command line on one submission; fills exit, wall, data, raw."""
+    log = root / "logs" / (s.key.replace(":", "-") + ".log")
+    cmd = [sys.executable, "-m", "grader", str(s.path), "--results", str(s.results)]
+    start = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            s.exit = proc.wait(GRADING_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            s.exit = None
+            s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
+    s.wall = time.monotonic() - start
+    with open(log, "rb") as f:
+        f.seek(max(0, log.stat().st_size - 4000))
+        s.stderr = f.read().decode("utf-8", "replace")
+    if s.exit not in (0, None):
+        s.problems.append(f"the grader exited {s.exit}: {s.stderr.strip()[-600:]}")
+    try:
+        s.raw = s.results.read_bytes()
+        s.data = json.loads(s.raw)
+        if not isinstance(s.data.get("score"), (int, float)) or not isinstance(s.data.get("tests"), list):
+            s.problems.append("results.json has no numeric score or no tests list")
+            s.data = None
+    except (OSError, ValueError) as e:
+        s.problems.append(f"no readable results.json ({type(e).__name__}: {e})")
+        s.data = None
+    return s
+
+
+# ------------------------------------------------------------------------------- evidence
+def tree_hashes():
+    """sha256 of every file (and symlink target) under the watched folders of the checkout."""
+    out = {}
+    for top in WATCHED:
+        for dirpath, dirnames, filenames in os.walk(REPO / top):
+            for f in filenames:
+                p = Path(dirpath) / f
+                try:
+                    out[str(p.relative_to(REPO))] = ("link:" + os.readlink(p)) if p.is_symlink() else \
+                        hashlib.sha256(p.read_bytes()).hexdigest()
+                except OSError as e:
+                    out[str(p.relative_to(REPO))] = f"unreadable: {e}"
+    return out
+
+
+def scan_dropped(since, exclude=None):
+    """Files anywhere (names an attack would use) modified after `since` that carry the token, outside
+    `exclude` (the selftest's own folder)."""
+    expr = []
+    for n in SCAN_NAMES:
+        expr += ["-o", "-name", n]
+    found = set()
+    for root in SCAN_ROOTS:
+        if not os.path.isdir(root):
+            continue
+        cmd = ["find", root, "-xdev", "(", "-path", "/proc", "-o", "-path", "/sys", ")", "-prune", "-o",
+               "-newermt", f"@{since:.0f}", "(", *expr[1:], ")", "-type", "f", "-print"]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+        except subprocess.TimeoutExpired:
+            continue
+        for line in out.splitlines():
+            if exclude and (line + "/").startswith(str(exclude).rstrip("/") + "/"):
+                continue
+            try:
+                with open(line, "rb") as f:
+                    if hostile_mod.TOKEN.encode() in f.read(1 << 20):
+                        found.add(line)
+            except OSError:
+                pass
+    return sorted(found)
+
+
+def hostile_processes():
+    """(pid, comm) of live processes named sth-*."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if comm.startswith(hostile_mod.PROC_PREFIX) and state != "Z":
+                found.append((int(pid), comm))
+    return found
+
+
+def leak_lines():
+    """Lines of the reference and of the hidden suites that must never show up in a student's results."""
+    lines = set()
+    files = [REPO / "solution" / "paged_kv.py", *sorted((REPO / "grader" / "hidden").glob("*.py"))]
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if len(line) >= 45 and not line.startswith(("#", '"""', "def ", "class ", "import ", "from ")):
+                lines.add(line)
+    return lines
+
+
+class Canary:
+    """Listens on 127.0.0.1 and ::1 (CANARY_PORT, else any free port) and counts connections."""
+
+    def __init__(self):
+        self.hits, self.socks = [], []
+        port = hostile_mod.CANARY_PORT
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            try:
+                s = socket.socket(family, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    s.bind((host, 0))
+                port = s.getsockname()[1]
+                s.listen(64)
+                s.settimeout(0.5)
+                self.socks.append(s)
+            except OSError:
+                continue
+        self.port = port
+        self.stop = False
+        self.threads = [threading.Thread(target=self._accept, args=(s,), daemon=True) for s in self.socks]
+        for t in self.threads:
+            t.start()
+
+    def _accept(self, s):
+        while not self.stop:
+            try:
+                conn, addr = s.accept()
+            except OSError:
+                continue
+            self.hits.append(str(addr))
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        for s in self.socks:
+            s.close()
+
+
+def strip_times(x):
+    if isinstance(x, dict):
+        return {k: strip_times(v) for k, v in x.items() if k != "execution_time"}
+    if isinstance(x, list):
+        return [strip_times(v) for v in x]
+    return x
+
+
+def repair(before, after):
+    """Undo what hostile submissions did to the checkout: strip appended hostile lines from changed
+    files, delete new files that carry the token. Returns what could not be repaired."""
+    left = []
+    token = hostile_mod.TOKEN
+    for rel in sorted(set(after) - set(before)):
+        p = REPO / rel
+        try:
+            if token.encode() in p.read_bytes():
+                p.unlink()
+                continue
+        except OSError:
+            pass
+        left.append(f"new file {rel}")
+    for rel in sorted(k for k in before if k in after and before[k] != after[k]):
+        p = REPO / rel
+        try:
+            text = p.read_text()
+            kept = "\n".join(line for line in text.split("\n") if token not in line)
+            if kept != text:
+                kept = kept.rstrip("\n") + "\n" if text.endswith("\n") else kept
+                p.write_text(kept)
+        except (OSError, UnicodeDecodeError):
+            left.append(f"changed file {rel}")
+    return left
+
+
+# ------------------------------------------------------------------------------- main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", choices=("mutants", "variants", "hostile"))
+    ap.add_argument("--json", help="write every verdict and timing here")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder (submissions, results, logs)")
+    ap.add_argument("--allow-unisolated", action="store_true",
+                    help="run the hostile submissions even when not root (no isolation)")
+    args = ap.parse_args(argv)
+    if not (REPO / "grader" / "__main__.py").is_file():
+        print("selftest: `python -m grader` does not exist yet (grader/__main__.py missing)")
+        return 2
+    notes, failures = [], []
+    only = args.only
+    if only in (None, "hostile") and os.geteuid() != 0 and not args.allow_unisolated:
+        notes.append("hostile submissions skipped: not root, so the grader cannot isolate them "
+                     "(--allow-unisolated runs them anyway)")
+        if only == "hostile":
+            print("\n".join(notes))
+            return 0
+        only = "nonhostile"
+    canary = Canary()
+    subs = corpus(None if only == "nonhostile" else only, canary.port)
+    if only == "nonhostile":
+        subs = [s for s in subs if s.kind not in ("hostile", "stubs")]
+    root = Path(tempfile.mkdtemp(prefix="cs349e-selftest-"))
+    build(subs, root)
+    t0 = time.monotonic()
+    since = time.time() - 2
+    dropped_before = set(scan_dropped(since - 3600 * 24 * 365, root)) if any(s.kind == "hostile" for s in subs) else set()
+    canaries = [REPO / "grader" / "selftest" / ".canary" / "sth-canary-delete-me.txt"]
+    try:
+        ordered = order(subs)
+        first = [s for s in ordered if s.key == "reference:reference"]
+        grade(first[0], root)             # warm-up (pyc files, the sandbox runtime), then the snapshot
+        for c in canaries:
+            c.parent.mkdir(exist_ok=True)
+            c.write_text("the hostile submissions must not be able to delete this\n")
+        before = tree_hashes()
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            list(pool.map(lambda s: grade(s, root), [s for s in ordered if s not in first]))
+        last_grading = time.monotonic()
+        kept = {s.key: s.raw for s in subs}
+        if any(s.kind == "hostile" for s in subs):
+            time.sleep(max(0.0, DETACHED_WAIT - (time.monotonic() - last_grading)))
+        wall = time.monotonic() - t0
+        after = tree_hashes()
+        evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes)
+    finally:
+        canary.close()
+        for c in canaries:
+            if c.exists():
+                c.unlink()
+            if c.parent.exists() and not any(c.parent.iterdir()):
+                c.parent.rmdir()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    report = summarize(subs, wall, failures, notes, root if args.keep else None)
+    print(report["text"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(report["json"], indent=1))
+    return 1 if failures else 0
+
+
+def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes):
+    by = {s.key: s for s in subs}
+    for s in subs:
+        for p in s.problems:
+            failures.append(f"{s.key}: {p}")
+    ref = by["reference:reference"]
+    if ref.data is not None and abs(ref.score - 100) > EPS:
+        failures.append(f"reference scores {ref.score}, not 100")
+    if "stubs:stubs" in by and by["stubs:stubs"].data is not None and by["stubs:stubs"].score > EPS:
+        failures.append(f"stubs score {by['stubs:stubs'].score}, not 0")
+    for s in subs:
+        if s.data is None:
+            continue
+        if s.kind == "mutant":
+            if s.score >= 100 - EPS:
+                failures.append(f"mutant {s.name} ({s.part}) survives: scores {s.score}")
+            elif s.lost(s.part) <= EPS:
+                lost = {p: round(s.lost(p), 2) for p in PARTS if s.lost(p) > EPS}
+                failures.append(f"mutant {s.name} loses points only outside its part {s.part}: {lost}")
+        elif s.kind == "variant" and abs(s.score - 100) > EPS:
+            bad = [f"{t.get('name')}: {t.get('score')}/{t.get('max_score')}" for t in s.data["tests"]
+                   if float(t.get("score", 0)) < float(t.get("max_score", 0)) - EPS]
+            failures.append(f"correct variant {s.name} scores {s.score}: " + "; ".join(bad)[:800])
+        elif s.kind == "again":
+            twin = by.get(s.base)
+            if twin is not None and twin.data is not None and strip_times(twin.data) != strip_times(s.data):
+                failures.append(f"{s.name} graded twice gives different results (apart from execution_time)")
+    hostile = [s for s in subs if s.kind == "hostile"]
+    if not hostile:
+        return
+    honest = {"stubs": by.get("stubs:stubs"), "solution": ref}
+    for s in hostile:
+        base = honest.get(s.base) or by.get(f"mutant:{s.base}")
+        if s.data is None or base is None or base.data is None:
+            continue
+        if s.score > base.score + EPS:
+            failures.append(f"hostile {s.name} scores {s.score}, more than its honest base {s.base} ({base.score})")
+    # the checkout
+    changed = sorted(k for k in before if k in after and before[k] != after[k])
+    new = sorted(set(after) - set(before))
+    gone = sorted(set(before) - set(after))
+    if changed or new or gone:
+        evidence = []
+        for rel in changed + new:
+            try:
+                evidence += [ln.strip() for ln in (REPO / rel).read_text().splitlines() if hostile_mod.TOKEN in ln]
+            except (OSError, UnicodeDecodeError):
+                pass
+        failures.append(f"project files changed during grading: changed {changed[:10]}, new {new[:10]}, "
+                        f"deleted {gone[:10]}; hostile lines: {sorted(set(evidence))[:5]}")
+        left = repair(before, after)
+        notes.append("repaired the checkout (hostile lines and files removed)" +
+                     (f"; could not repair: {left}" if left else ""))
+    for c in canaries:
+        if not c.exists():
+            failures.append(f"canary {c.relative_to(REPO)} was deleted")
+    # results after grading
+    for s in subs:
+        try:
+            now = s.results.read_bytes()
+        except OSError:
+            now = None
+        if kept.get(s.key) and now != kept[s.key]:
+            failures.append(f"results of {s.key} changed after grading: now {(now or b'(gone)')[:160]!r}")
+    # leaks into feedback
+    lines = leak_lines()
+    for s in hostile:
+        text = s.raw.decode("utf-8", "replace")
+        leaked = [ln for ln in lines if ln in text]
+        if leaked:
+            failures.append(f"hostile {s.name}: results.json contains staff code: {leaked[0][:80]!r}")
+    # processes, files, network
+    procs = hostile_processes()
+    if procs:
+        failures.append(f"hostile processes still alive after grading: {procs[:10]}")
+        for pid, _ in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    dropped = [p for p in scan_dropped(since, root) if p not in dropped_before]
+    if dropped:
+        failures.append(f"files left by hostile submissions outside their sandbox: {dropped[:12]}")
+        for p in dropped:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+    if canary.hits:
+        failures.append(f"hostile submissions reached the canary port {canary.port}: {canary.hits[:5]}")
+
+
+def summarize(subs, wall, failures, notes, kept_root):
+    ms = [s for s in subs if s.kind == "mutant"]
+    killed = [s for s in ms if s.data is not None and s.score < 100 - EPS]
+    own = [s for s in killed if s.lost(s.part) > EPS]
+    vs = [s for s in subs if s.kind == "variant"]
+    full = [s for s in vs if s.data is not None and abs(s.score - 100) < EPS]
+    hs = [s for s in subs if s.kind == "hostile"]
+    breached = {s.name for s in hs if s.problems or any(s.name in f for f in failures)}
+    global_h = [f for f in failures if not f.startswith(("hostile ", "mutant ", "correct variant ", "reference",
+                                                          "stubs", "again:", "mutant:", "variant:", "hostile:"))
+                and not any(s.name in f for s in hs)]
+    contained = [s for s in hs if s.name not in breached]
+    lines = ["", "selftest of the grader", "=" * 60]
+    if ms:
+        per = []
+        for p in PARTS:
+            pm = [s for s in ms if s.part == p]
+            per.append(f"{p} {sum(s in own for s in pm)}/{len(pm)}")
+        lines.append(f"mutation score: {len(killed)}/{len(ms)} killed, {len(own)}/{len(ms)} in their own part "
+                     f"({', '.join(per)})")
+    if vs:
+        lines.append(f"correct variants: {len(full)}/{len(vs)} score 100 "
+                     + "(" + ", ".join(f"{s.name} {s.score}" for s in vs) + ")")
+    if hs:
+        lines.append(f"attacks contained: {len(contained)}/{len(hs)}"
+                     + (f" (and {len(global_h)} failure(s) no single attack can be blamed for)" if global_h else ""))
+    times = sorted(subs, key=lambda s: -s.wall)
+    lines.append(f"grading wall time: {wall:.0f} s for {len(subs)} gradings; slowest: "
+                 + ", ".join(f"{s.key} {s.wall:.0f} s" for s in times[:4]))
+    for n in notes:
+        lines.append(f"note: {n}")
+    if kept_root:
+        lines.append(f"kept: {kept_root}")
+    lines.append(f"{'FAILED' if failures else 'PASSED'}: {len(failures)} failure(s)")
+    lines += [f"  - {f}" for f in failures]
+    js = {"passed": not failures, "failures": failures, "notes": notes, "wall_seconds": round(wall, 1),
+          "submissions": [{"key": s.key, "kind": s.kind, "part": s.part, "base": s.base, "score": s.score,
+                           "lost": {p: round(s.lost(p), 3) for p in PARTS} if s.data else None,
+                           "exit": s.exit, "wall": round(s.wall, 2), "problems": s.problems} for s in subs]}
+    return {"text": "\n".join(lines), "json": js}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

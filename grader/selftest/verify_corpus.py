@@ -1,0 +1,1017 @@
+"""Verify the selftest corpus in-process, against the contract and the reference.
+
+    python -m grader.selftest.verify_corpus [--only mutants|variants|hostile] [-v]
+
+This runs on the trusted side and imports OUR OWN corpus (mutants of the reference, correct variants we
+wrote): never a student's file. It checks, independently of the grader:
+
+  * the reference passes every check below (the checks encode the contract);
+  * every mutant fails its `witness` check, which belongs to the mutant's own part, and the mutant's
+    source really differs from the reference (each edit's `find` occurs exactly once);
+  * every correct variant passes every check (tables, refcounts, logits to 1e-10, blockwise to 1e-12,
+    errors, copy counts, the two drivers identical to the baseline and to the reference), and the slow
+    variant's slowdown against the reference on a typical workload is measured;
+  * every hostile submission builds (its text compiles) from its base; hostiles are never run here.
+
+Exit status 0 when everything holds.
+"""
+import os
+import sys
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before numpy: steadier timings, as in the sandbox
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import importlib.util  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import types  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+LAB = os.path.join(REPO, "lab")
+if LAB not in sys.path:
+    sys.path.insert(0, LAB)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+import transformer_lab as tl  # noqa: E402
+
+from grader.selftest import mutants as mutants_mod  # noqa: E402
+
+VARIANTS_DIR = os.path.join(HERE, "variants")
+FUZZ_SEEDS = 40          # random differential runs per variant
+
+# ------------------------------------------------------------------------------------ fixtures
+TINY = tl.TINY
+ODD = tl.Config(vocab=61, d_model=24, n_layers=3, n_heads=3, d_head=8, d_ff=40, max_len=48)
+ONE = tl.Config(vocab=32, d_model=16, n_layers=1, n_heads=2, d_head=8, d_ff=32, max_len=40)
+SMALL = tl.Config(vocab=40, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=24, max_len=24)
+_PARAMS = {}
+
+
+def params(cfg, seed=0):
+    if (cfg, seed) not in _PARAMS:
+        _PARAMS[(cfg, seed)] = tl.init_params(cfg, seed)
+    return _PARAMS[(cfg, seed)]
+
+
+def toks(n, cfg=TINY, seed=0):
+    return [int(t) for t in np.random.default_rng(1000 + seed).integers(0, cfg.vocab, n)]
+
+
+def contiguous(cfg, chunks, seed=0):
+    """Logits of the contiguous forward over successive chunks (a KVCache of batch 1)."""
+    cache = tl.KVCache(cfg, 1)
+    return [tl.forward(params(cfg, seed), cfg, np.array(c, dtype=np.int64)[None], cache=cache)[0] for c in chunks]
+
+
+def load(text, tag):
+    """Import a paged_kv.py text as a fresh module (our own corpus only)."""
+    d = tempfile.mkdtemp(prefix=f"selftest-{tag}-")
+    path = os.path.join(d, "paged_kv.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"paged_kv_{tag}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ------------------------------------------------------------------------------------- helpers
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def _short(args):
+    return "(" + ", ".join("params" if isinstance(a, dict) else "cfg" if isinstance(a, tl.Config)
+                           else repr(a)[:60] for a in args) + ")"
+
+
+def raises(kind, fn, *args):
+    """fn(*args) must raise `kind` (a subclass counts); returns nothing, fails otherwise."""
+    try:
+        got = fn(*args)
+    except kind:
+        return
+    except Exception as e:  # noqa: BLE001
+        raise Fail(f"{getattr(fn, '__name__', fn)}{_short(args)}: expected {kind.__name__}, got {type(e).__name__}: {e}")
+    raise Fail(f"{getattr(fn, '__name__', fn)}{_short(args)}: expected {kind.__name__}, returned {repr(got)[:80]}")
+
+
+def ints(xs):
+    return [int(x) for x in xs]
+
+
+def pool_state(pool):
+    return {"ref": [int(pool.refcount(b)) for b in range(pool.n_blocks)], "n_used": int(pool.n_used),
+            "n_free": int(pool.n_free), "peak": int(pool.peak_used), "n_copies": int(pool.n_copies)}
+
+
+def state(pool, seqs):
+    return {**pool_state(pool), "tables": [ints(s.blocks) for s in seqs], "lengths": [int(s.length) for s in seqs]}
+
+
+def close(got, want, tol, what):
+    got = np.asarray(got)
+    check(type(got) is np.ndarray and got.dtype.kind == "f", f"{what}: not a float array ({type(got).__name__})")
+    check(got.shape == np.shape(want), f"{what}: shape {got.shape}, expected {np.shape(want)}")
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    check(np.all(np.isfinite(got)) and err <= tol, f"{what}: max |difference| {err:.3g} > {tol:g}")
+
+
+def fragment(pool, keep):
+    """Alloc every block, then free all but `keep`: tables built on this pool are not monotone."""
+    got = [pool.alloc() for _ in range(pool.n_blocks)]
+    for b in got:
+        if b not in keep:
+            pool.decref(b)
+
+
+def unchanged(before, pool, seqs, what):
+    after = state(pool, seqs)
+    check(after == before, f"{what}: state changed from {before} to {after}")
+
+
+CHECKS = {}   # name -> (part, function(pk, ref))
+
+
+def register(part):
+    def deco(fn):
+        CHECKS[fn.__name__] = (part, fn)
+        return fn
+    return deco
+
+
+# ================================================================== Part 1: the block allocator
+@register("allocator")
+def a_fresh(pk, ref):
+    for cfg in (TINY, ODD, ONE):
+        pool = pk.BlockPool(cfg, 5, 3)
+        check(pool.cfg == cfg and pool.n_blocks == 5 and pool.block_size == 3, "attributes cfg/n_blocks/block_size")
+        shape = (cfg.n_layers, 5, 3, cfg.n_heads, cfg.d_head)
+        for name in ("k", "v"):
+            a = getattr(pool, name)
+            check(np.shape(a) == shape, f"pool.{name}.shape {np.shape(a)}, expected {shape}")
+            check(np.asarray(a).dtype == np.float64, f"pool.{name}.dtype {np.asarray(a).dtype}")
+            check(not np.asarray(a).any(), f"pool.{name} not zeros")
+        check(not np.shares_memory(pool.k, pool.v), "k and v share memory")
+        check(pool_state(pool) == {"ref": [0] * 5, "n_used": 0, "n_free": 5, "peak": 0, "n_copies": 0},
+              f"fresh pool state {pool_state(pool)}")
+
+
+@register("allocator")
+def a_order(pk, ref):
+    pool = pk.BlockPool(TINY, 8, 4)
+    first = ints(pool.alloc() for _ in range(5))
+    check(first == [0, 1, 2, 3, 4], f"fresh allocs {first}, expected [0, 1, 2, 3, 4]")
+    for b in (4, 0, 2):
+        pool.decref(b)
+    again = ints(pool.alloc() for _ in range(4))
+    check(again == [0, 2, 4, 5], f"after decref 4, 0, 2: allocs {again}, expected [0, 2, 4, 5] (lowest free first)")
+    pool.decref(3)
+    pool.decref(1)
+    check(int(pool.alloc()) == 1, "after decref 3, 1: alloc is not 1")
+    # the lecture's demo 1
+    pool = pk.BlockPool(TINY, 8, 4)
+    junk = [pool.alloc() for _ in range(5)]
+    for b in (junk[0], junk[2], junk[4]):
+        pool.decref(b)
+    seq = pk.PagedSequence(pool)
+    pk.paged_step(params(TINY), TINY, [seq], [np.arange(7) + 10])
+    for _ in range(2):
+        pk.paged_step(params(TINY), TINY, [seq], [np.array([99])])
+    check(ints(seq.blocks) == [0, 2, 4], f"demo 1 table {ints(seq.blocks)}, expected [0, 2, 4]")
+    # a small pool: freed blocks must come back
+    pool = pk.BlockPool(TINY, 3, 2)
+    for _ in range(5):
+        b = pool.alloc()
+        pool.decref(b)
+    check(ints(pool.alloc() for _ in range(3)) == [0, 1, 2], "a 3-block pool cannot hand out its 3 blocks after frees")
+
+
+@register("allocator")
+def a_refcount(pk, ref):
+    pool = pk.BlockPool(TINY, 4, 4)
+    b = pool.alloc()
+    pool.incref(b)
+    pool.incref(b)
+    check(int(pool.refcount(b)) == 3 and int(pool.n_used) == 1, f"after 2 increfs: refcount {pool.refcount(b)}, "
+          f"n_used {pool.n_used} (expected 3, 1)")
+    pool.decref(b)
+    pool.decref(b)
+    check(int(pool.refcount(b)) == 1 and int(pool.n_used) == 1 and int(pool.n_free) == 3,
+          f"after 2 decrefs: refcount {pool.refcount(b)}, n_used {pool.n_used}, n_free {pool.n_free} (expected 1, 1, 3)")
+    check(int(pool.alloc()) == 1, "a block with refcount 1 was handed out again")
+    pool.decref(b)
+    check(int(pool.refcount(b)) == 0 and int(pool.n_used) == 1 and int(pool.n_free) == 3,
+          f"after the last decref: refcount {pool.refcount(b)}, n_used {pool.n_used} (expected 0, 1)")
+    check(int(pool.alloc()) == 0, "the freed block 0 is not reused first")
+
+
+@register("allocator")
+def a_counts_peak(pk, ref):
+    pool = pk.BlockPool(TINY, 6, 4)
+    for _ in range(4):
+        pool.alloc()
+    check((pool.n_used, pool.n_free, pool.peak_used) == (4, 2, 4), f"after 4 allocs: n_used/n_free/peak "
+          f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 4/2/4")
+    pool.incref(0)
+    pool.decref(1)
+    pool.decref(2)
+    check((pool.n_used, pool.n_free, pool.peak_used) == (2, 4, 4), f"after incref 0, decref 1, 2: n_used/n_free/peak "
+          f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 2/4/4")
+    pool.alloc()
+    check((pool.n_used, pool.peak_used) == (3, 4), f"after one more alloc: n_used/peak {pool.n_used}/{pool.peak_used}, "
+          "expected 3/4")
+    for _ in range(3):
+        pool.alloc()
+    check((pool.n_used, pool.n_free, pool.peak_used) == (6, 0, 6), "full pool: n_used/n_free/peak "
+          f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 6/0/6")
+    pool.decref(0)
+    for b in range(6):
+        pool.decref(b)
+    check((pool.n_used, pool.n_free, pool.peak_used) == (0, 6, 6), "emptied pool: n_used/n_free/peak "
+          f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 0/6/6")
+
+
+@register("allocator")
+def a_exhaust(pk, ref):
+    pool = pk.BlockPool(TINY, 3, 4)
+    got = ints(pool.alloc() for _ in range(3))
+    check(got == [0, 1, 2], f"allocs {got}")
+    before = pool_state(pool)
+    raises(MemoryError, pool.alloc)
+    raises(MemoryError, pool.alloc)
+    check(pool_state(pool) == before, f"failed alloc changed the pool: {before} -> {pool_state(pool)}")
+    pool.decref(1)
+    check(int(pool.alloc()) == 1, "after a failed alloc and a free, alloc is not the freed block")
+
+
+@register("allocator")
+def a_copy(pk, ref):
+    pool = pk.BlockPool(ODD, 6, 3)
+    rng = np.random.default_rng(5)
+    pool.k[...] = rng.standard_normal(pool.k.shape)
+    pool.v[...] = rng.standard_normal(pool.v.shape)
+    k1, v1 = np.array(pool.k[:, 1]), np.array(pool.v[:, 1])
+    pool.alloc(), pool.alloc()
+    pool.decref(0)
+    new = int(pool.copy_block(1))
+    check(new == 0, f"copy_block allocated {new}, expected the lowest free block 0")
+    check(np.array_equal(pool.k[:, 0], k1) and np.array_equal(pool.v[:, 0], v1),
+          "copy_block: the new block's K and V differ from the source's in some layer "
+          f"(K ok per layer {[bool(np.array_equal(pool.k[i, 0], k1[i])) for i in range(3)]}, "
+          f"V ok per layer {[bool(np.array_equal(pool.v[i, 0], v1[i])) for i in range(3)]})")
+    check(np.array_equal(pool.k[:, 1], k1) and np.array_equal(pool.v[:, 1], v1), "copy_block changed the source")
+    st = pool_state(pool)
+    check(st == {"ref": [1, 1, 0, 0, 0, 0], "n_used": 2, "n_free": 4, "peak": 2, "n_copies": 1},
+          f"after copy_block: {st} (source refcount must stay 1, n_copies 1)")
+    pool.incref(1)
+    new = int(pool.copy_block(1))
+    st = pool_state(pool)
+    check(new == 2 and st == {"ref": [1, 2, 1, 0, 0, 0], "n_used": 3, "n_free": 3, "peak": 3, "n_copies": 2},
+          f"copy of a shared block: returned {new}, {st}")
+
+
+@register("allocator")
+def a_copy_full(pk, ref):
+    pool = pk.BlockPool(TINY, 2, 4)
+    pool.alloc(), pool.alloc()
+    pool.k[:, 1] = 1.0
+    before, k = pool_state(pool), np.array(pool.k)
+    raises(MemoryError, pool.copy_block, 0)
+    check(pool_state(pool) == before and np.array_equal(pool.k, k), f"copy on a full pool changed state: {before} -> "
+          f"{pool_state(pool)}")
+    for bad in (-1, 2, 7):
+        raises(ValueError, pool.copy_block, bad)   # a bad id is a ValueError first, even on a full pool
+    check(pool_state(pool) == before, "copy_block of a bad id changed the pool")
+
+
+@register("allocator")
+def a_bad_ids(pk, ref):
+    pool = pk.BlockPool(TINY, 4, 4)
+    for _ in range(4):
+        pool.alloc()
+    before = pool_state(pool)
+    for fn in (pool.incref, pool.decref, pool.refcount, pool.copy_block):
+        for b in (-1, -4, 4, 5, np.int64(-1), np.int64(4)):
+            raises(ValueError, fn, b)
+    check(pool_state(pool) == before, f"bad ids changed the pool: {before} -> {pool_state(pool)}")
+    pool.incref(np.int64(2))
+    check(int(pool.refcount(np.int32(2))) == 2, "numpy integer ids not accepted")
+    pool.decref(np.int64(2))
+    check(pool_state(pool) == before, "incref/decref with numpy ids")
+
+
+@register("allocator")
+def a_free_block_ops(pk, ref):
+    pool = pk.BlockPool(TINY, 4, 4)
+    pool.alloc(), pool.alloc()
+    pool.decref(1)
+    before = pool_state(pool)
+    for fn in (pool.incref, pool.decref, pool.copy_block):
+        raises(ValueError, fn, 1)        # 1 is free
+        raises(ValueError, fn, 3)        # 3 was never allocated
+    check(int(pool.refcount(1)) == 0 and int(pool.refcount(3)) == 0, "refcount of a free block is not 0")
+    check(pool_state(pool) == before, f"operations on free blocks changed the pool: {before} -> {pool_state(pool)}")
+    check(int(pool.alloc()) == 1, "the free block 1 is not handed out next")
+
+
+@register("allocator")
+def a_double_free(pk, ref):
+    pool = pk.BlockPool(TINY, 3, 4)
+    b = pool.alloc()
+    pool.decref(b)
+    before = pool_state(pool)
+    raises(ValueError, pool.decref, b)
+    check(pool_state(pool) == before, f"double free changed the pool: {before} -> {pool_state(pool)}")
+    check(ints(pool.alloc() for _ in range(3)) == [0, 1, 2], "free list corrupted by a double free")
+    raises(MemoryError, pool.alloc)
+
+
+# ============================================================ Part 2: paged KV and the paged step
+def _equiv_run(pk, cfg, B, seed):
+    """Several sequences on a fragmented pool: prefill together, then mixed decode/chunk steps.
+    Returns logits per sequence per step, and the state after each step."""
+    prm = params(cfg, seed)
+    lens = sorted({5, 1, B, 2 * B + 1, 3 if B > 1 else 2})
+    lens = [min(L, cfg.max_len - 10) for L in lens]
+    rounds = 4
+    need = sum(math.ceil((L + 2 * rounds) / B) for L in lens) + 4
+    pool = pk.BlockPool(cfg, need, B)
+    fragment(pool, keep={1, 3})
+    seqs = [pk.PagedSequence(pool) for _ in lens]
+    chunks = [[toks(L, cfg, seed + i)] for i, L in enumerate(lens)]
+    outs = [[] for _ in lens]
+    states = []
+    step_chunks = [c[0] for c in chunks]
+    for r in range(rounds + 1):
+        got = pk.paged_step(prm, cfg, seqs, step_chunks)
+        check(isinstance(got, list) and len(got) == len(seqs), f"paged_step returned {type(got).__name__} of "
+              f"{len(got) if hasattr(got, '__len__') else '?'} for {len(seqs)} sequences")
+        for i, o in enumerate(got):
+            outs[i].append(np.asarray(o))
+        states.append(state(pool, seqs))
+        step_chunks = [toks(1 + (i + r) % 2, cfg, 50 + 7 * r + i) for i in range(len(lens))]
+        for i, c in enumerate(step_chunks):
+            chunks[i].append(c)
+    return outs, states, chunks, pool.block_size
+
+
+@register("paged_step")
+def p_equiv(pk, ref):
+    for cfg, seed in ((TINY, 0), (ODD, 1), (ONE, 2)):
+        for B in (1, 3, 4, 16):
+            outs, states, chunks, _ = _equiv_run(pk, cfg, B, seed)
+            _, ref_states, _, _ = _equiv_run(ref, cfg, B, seed)
+            for i, seq_chunks in enumerate(chunks):
+                want = contiguous(cfg, seq_chunks[:len(outs[i])], seed)
+                for r, (o, w) in enumerate(zip(outs[i], want)):
+                    close(o, w, 1e-10, f"cfg {cfg.n_layers}L/{cfg.n_heads}H/{cfg.d_head}Dh, B={B}, seq {i}, step {r} logits")
+            for r, (s, w) in enumerate(zip(states, ref_states)):
+                for L, t in zip(s["lengths"], s["tables"]):
+                    check(len(t) == math.ceil(L / B), f"B={B} step {r}: length {L} with {len(t)} blocks")
+                check(s == w, f"cfg {cfg.n_layers}L, B={B}, step {r}: state {s}, reference {w}")
+
+
+@register("paged_step")
+def p_boundaries(pk, ref):
+    prm = params(TINY)
+    for L0 in range(1, 10):
+        pool = pk.BlockPool(TINY, 8, 4)
+        seq = pk.PagedSequence(pool)
+        chunks = [toks(L0, seed=L0)] + [[t] for t in toks(5, seed=100 + L0)]
+        want = contiguous(TINY, chunks)
+        for r, c in enumerate(chunks):
+            out = pk.paged_step(prm, TINY, [seq], [c])
+            L = int(seq.length)
+            check(L == sum(len(x) for x in chunks[:r + 1]), f"length {L} after step {r} of prefill {L0}")
+            check(len(seq.blocks) == math.ceil(L / 4) and int(pool.n_used) == math.ceil(L / 4),
+                  f"length {L}, block size 4: {len(seq.blocks)} blocks, n_used {pool.n_used} (expected {math.ceil(L / 4)})")
+            close(out[0], want[r], 1e-10, f"prefill {L0}, step {r}")
+
+
+@register("paged_step")
+def p_batch_order(pk, ref):
+    prm = params(TINY)
+    pool = pk.BlockPool(TINY, 16, 4)
+    seqs = [pk.PagedSequence(pool) for _ in range(3)]
+    chunks = [[toks(7, seed=1)], [toks(2, seed=2)], [toks(5, seed=3)]]
+    for r in range(3):
+        step = [c[r] for c in chunks]
+        outs = pk.paged_step(prm, TINY, seqs, step)
+        for i, (o, c) in enumerate(zip(outs, step)):
+            check(np.shape(o) == (len(c), TINY.vocab), f"output {i} has shape {np.shape(o)}, expected {(len(c), TINY.vocab)}")
+            close(o, contiguous(TINY, chunks[i][:r + 1])[r], 1e-10, f"step {r} output {i}")
+        if r == 0:
+            check([ints(s.blocks) for s in seqs] == [[0, 1], [2], [3, 4]],
+                  f"tables {[ints(s.blocks) for s in seqs]}, expected [[0, 1], [2], [3, 4]] (list order, lowest first)")
+        for i, L in enumerate((1, 1, 1) if r == 0 else (3, 3, 3)):
+            chunks[i].append(toks(L, seed=10 * r + i))
+    check([ints(s.blocks) for s in seqs] == [[0, 1, 5], [2, 6], [3, 4, 7]],
+          f"tables {[ints(s.blocks) for s in seqs]}, expected [[0, 1, 5], [2, 6], [3, 4, 7]]")
+
+
+def _shared(pk, n_blocks, prompt_len, n_seqs, B=4):
+    prm = params(TINY)
+    pool = pk.BlockPool(TINY, n_blocks, B)
+    first = pk.PagedSequence(pool)
+    prompt = toks(prompt_len, seed=9)
+    pk.paged_step(prm, TINY, [first], [prompt])
+    seqs = [first] + [first.fork() for _ in range(n_seqs - 1)]
+    return pool, seqs, prompt
+
+
+@register("paged_step")
+def p_atomic(pk, ref):
+    prm = params(TINY)
+    pool = pk.BlockPool(TINY, 6, 4)
+    a, b = pk.PagedSequence(pool), pk.PagedSequence(pool)
+    pk.paged_step(prm, TINY, [a, b], [toks(4, seed=1), toks(4, seed=2)])
+    before = state(pool, [a, b])
+    raises(MemoryError, pk.paged_step, prm, TINY, [a, b], [toks(8, seed=3), toks(12, seed=4)])
+    unchanged(before, pool, [a, b], "a step short of blocks")
+    out = pk.paged_step(prm, TINY, [a, b], [toks(8, seed=3), [5]])
+    close(out[0], contiguous(TINY, [toks(4, seed=1), toks(8, seed=3)])[1], 1e-10, "the step after a failed one")
+    # copies count too: 3 sequences share a partial block, 1 free block, 2 copies needed
+    pool, seqs, prompt = _shared(pk, 3, 6, 3)
+    before = state(pool, seqs)
+    raises(MemoryError, pk.paged_step, prm, TINY, seqs, [[1], [2], [3]])
+    unchanged(before, pool, seqs, "3 sharers, 1 free block")
+    raises(MemoryError, pk.paged_step, prm, TINY, seqs[:2], [[1], [2]])
+    unchanged(before, pool, seqs, "2 of 3 sharers, 1 free block")
+    out = pk.paged_step(prm, TINY, seqs[1:2], [[2]])
+    close(out[0], contiguous(TINY, [prompt, [2]])[1], 1e-10, "one sharer after failed steps")
+
+
+@register("paged_step")
+def p_exact_count(pk, ref):
+    prm = params(TINY)
+    pool = pk.BlockPool(TINY, 5, 4)
+    a, b = pk.PagedSequence(pool), pk.PagedSequence(pool)
+    pk.paged_step(prm, TINY, [a], [toks(6, seed=1)])
+    out = pk.paged_step(prm, TINY, [a, b], [toks(2, seed=2), toks(9, seed=3)])     # needs exactly the 3 free blocks
+    close(out[1], contiguous(TINY, [toks(9, seed=3)])[0], 1e-10, "step that fits exactly")
+    check(int(pool.n_free) == 0, "n_free after an exact step")
+    pool, seqs, prompt = _shared(pk, 4, 6, 3)        # 2 free, 3 sharers of a partial block: n - 1 = 2 copies
+    outs = pk.paged_step(prm, TINY, seqs, [[1], [2], [3]])
+    check(int(pool.n_copies) == 2 and int(pool.n_free) == 0, f"3 sharers, 2 free: n_copies {pool.n_copies}, "
+          f"n_free {pool.n_free} (expected 2, 0)")
+    for t, o in zip((1, 2, 3), outs):
+        close(o, contiguous(TINY, [prompt, [t]])[1], 1e-10, f"sharer decoding {t}")
+    pool, seqs, prompt = _shared(pk, 5, 8, 3)        # full last block: 3 new blocks, 0 copies
+    outs = pk.paged_step(prm, TINY, seqs, [[1], [2], [3]])
+    check(int(pool.n_copies) == 0 and int(pool.n_free) == 0, f"full shared block: n_copies {pool.n_copies}")
+
+
+@register("paged_step")
+def p_validation(pk, ref):
+    cfg, prm = SMALL, params(SMALL)
+    pool = pk.BlockPool(cfg, 16, 4)
+    a, b = pk.PagedSequence(pool), pk.PagedSequence(pool)
+    pa, pb = toks(20, cfg, 1), toks(3, cfg, 2)
+    pk.paged_step(prm, cfg, [a, b], [pa, pb])
+    check(pk.paged_step(prm, cfg, [], []) == [], "paged_step([], []) is not []")
+    before = state(pool, [a, b])
+    bad = [([a], [[cfg.vocab]], "token == vocab"), ([b], [[-1]], "token -1"),
+           ([b, a], [[1], [39, cfg.vocab]], "token == vocab in the second sequence"),
+           ([b, a], [[1, 2, 3], []], "an empty chunk (second)"), ([a], [[]], "an empty chunk"),
+           ([b, a], [np.array([1, 2, 3]), np.zeros(0, dtype=np.int64)], "an empty int64 chunk (second)"),
+           ([a, b], [[1]], "2 sequences, 1 chunk"), ([a], [[1], [2]], "1 sequence, 2 chunks"),
+           ([b, a], [[1, 2], [1, 2, 3, 4, 5]], "second sequence passes max_len"),
+           ([b], [list(range(22))], "passes max_len")]
+    for seqs, chunks, what in bad:
+        raises(ValueError, pk.paged_step, prm, cfg, seqs, chunks)
+        unchanged(before, pool, [a, b], f"bad input ({what})")
+    out = pk.paged_step(prm, cfg, [a, b], [np.array([1, 2, 3, 4], dtype=np.int32), [np.int64(5), 6]])
+    close(out[0], contiguous(cfg, [pa, [1, 2, 3, 4]])[1], 1e-10, "reaching max_len exactly")
+    close(out[1], contiguous(cfg, [pb, [5, 6]])[1], 1e-10, "numpy integer tokens")
+    check(int(a.length) == cfg.max_len, f"length {a.length} after reaching max_len")
+    before = state(pool, [a, b])
+    raises(ValueError, pk.paged_step, prm, cfg, [a], [[1]])
+    while int(pool.n_free):
+        pool.alloc()
+    before = state(pool, [a, b])
+    for chunks in ([[-1]], [[cfg.vocab]], [list(range(20))], [[]], [np.zeros(0, dtype=np.int64)]):
+        raises(ValueError, pk.paged_step, prm, cfg, [b], chunks)     # ValueError before MemoryError
+        unchanged(before, pool, [a, b], "bad input on a full pool")
+    raises(MemoryError, pk.paged_step, prm, cfg, [b], [[1, 2, 3, 4]])
+    unchanged(before, pool, [a, b], "a step on a full pool")
+
+
+@register("paged_step")
+def p_reserve(pk, ref):
+    pool = pk.BlockPool(TINY, 4, 4)
+    s = pk.PagedSequence(pool)
+    raises(ValueError, s.reserve, 0)
+    raises(ValueError, s.reserve, -2)
+    check(state(pool, [s])["tables"] == [[]] and int(pool.n_used) == 0, "reserve(0) changed something")
+    s.reserve(5)
+    check(ints(s.blocks) == [0, 1] and int(s.length) == 0, f"reserve(5): table {ints(s.blocks)}, length {s.length}")
+    s.reserve(3)
+    check(ints(s.blocks) == [0, 1], "reserve within capacity allocated")
+    pool.alloc()
+    before = state(pool, [s])
+    raises(MemoryError, s.reserve, 13)
+    unchanged(before, pool, [s], "reserve that does not fit")
+    s.reserve(12)
+    check(ints(s.blocks) == [0, 1, 3], f"reserve(12) table {ints(s.blocks)}")
+
+
+@register("paged_step")
+def p_write_read(pk, ref):
+    cfg = ODD
+    pool = pk.BlockPool(cfg, 8, 3)
+    fragment(pool, keep={0, 2})
+    s = pk.PagedSequence(pool)
+    s.reserve(7)
+    blocks = ints(s.blocks)
+    check(blocks == [1, 3, 4], f"table {blocks}, expected [1, 3, 4]")
+    rng = np.random.default_rng(3)
+    k, v = rng.standard_normal((2, 7, cfg.n_heads, cfg.d_head))
+    s.write(1, 0, k, v)
+    for i in range(7):
+        check(np.array_equal(pool.k[1, blocks[i // 3], i % 3], k[i]) and np.array_equal(pool.v[1, blocks[i // 3], i % 3], v[i]),
+              f"position {i} not stored at block {blocks[i // 3]} slot {i % 3}")
+    K, V = s.read(1, 7)
+    check(np.array_equal(K, k) and np.array_equal(V, v), "read does not return what write stored")
+    K, V = s.read(1, 9)
+    check(np.shape(K) == (9, cfg.n_heads, cfg.d_head) and np.array_equal(K[:7], k), "read up to capacity")
+    k2 = rng.standard_normal((4, cfg.n_heads, cfg.d_head))
+    s.write(1, 3, k2, k2)
+    K, _ = s.read(1, 7)
+    check(np.array_equal(K[:3], k[:3]) and np.array_equal(K[3:], k2), "write at start 3")
+    check(not np.asarray(pool.k[0]).any() and not np.asarray(pool.k[2]).any(), "write touched another layer")
+
+
+# ================================================================== Part 3: blockwise attention
+def _fake_seq(cfg, n_blocks, B, table, L, seed):
+    rng = np.random.default_rng(seed)
+    shape = (cfg.n_layers, n_blocks, B, cfg.n_heads, cfg.d_head)
+    pool = types.SimpleNamespace(k=rng.standard_normal(shape) * 2.0, v=rng.standard_normal(shape),
+                                 block_size=B, cfg=cfg)
+    return types.SimpleNamespace(pool=pool, blocks=list(table), length=L)
+
+
+@register("blockwise_attention")
+def b_equiv(pk, ref):
+    for cfg in (TINY, ODD):
+        for B in (1, 3, 4, 5, 16):
+            n = 12
+            for L in sorted({1, B - 1, B, B + 1, 2 * B, 2 * B + 1, 3 * B - 1}):
+                if L < 1 or math.ceil(L / B) > n:
+                    continue
+                nb = math.ceil(L / B)
+                rng = np.random.default_rng(L * 100 + B)
+                table = [int(x) for x in rng.permutation(n)[:nb]]
+                if nb >= 2 and table == sorted(table):
+                    table = table[::-1]
+                seq = _fake_seq(cfg, n, B, table, L, seed=L + B)
+                pos = np.arange(L)
+                blocks = np.array(table)[pos // B]
+                for layer in range(cfg.n_layers):
+                    q = rng.standard_normal((cfg.n_heads, cfg.d_head))
+                    K, V = seq.pool.k[layer, blocks, pos % B], seq.pool.v[layer, blocks, pos % B]
+                    want = tl.attention_core(q[None, None], K, V, L - 1)[0, 0]
+                    try:
+                        got = pk.blockwise_attention(q, seq, layer)
+                    except Exception as e:  # noqa: BLE001
+                        raise Fail(f"d_head {cfg.d_head}, B={B}, length {L}, layer {layer}: {type(e).__name__}: {e}")
+                    close(got, want, 1e-12, f"d_head {cfg.d_head}, B={B}, length {L}, table {table}, layer {layer}")
+
+
+@register("blockwise_attention")
+def b_empty(pk, ref):
+    seq = _fake_seq(TINY, 4, 4, [], 0, 1)
+    raises(ValueError, pk.blockwise_attention, np.ones((4, 16)), seq, 0)
+
+
+# ============================================================ Part 4: sharing and copy-on-write
+@register("copy_on_write")
+def c_fork(pk, ref):
+    pool, seqs, prompt = _shared(pk, 8, 6, 1)
+    p = seqs[0]
+    c = p.fork()
+    check(c.pool is pool and ints(c.blocks) == [0, 1] and int(c.length) == 6,
+          f"fork: child table {ints(c.blocks)}, length {c.length} (expected [0, 1], 6)")
+    check(ints(p.blocks) == [0, 1] and int(p.length) == 6, "fork changed the parent")
+    st = pool_state(pool)
+    check(st["ref"][:2] == [2, 2] and st["n_used"] == 2 and st["n_copies"] == 0,
+          f"after fork: refcounts {st['ref'][:3]}, n_used {st['n_used']}, n_copies {st['n_copies']} (expected [2, 2], 2, 0)")
+    g = c.fork()
+    check(ints(pool.refcount(b) for b in (0, 1)) == [3, 3] and ints(g.blocks) == [0, 1], "fork of a fork")
+    e = pk.PagedSequence(pool).fork()
+    check(ints(e.blocks) == [] and int(e.length) == 0, "fork of an empty sequence")
+
+
+@register("copy_on_write")
+def c_cow_step(pk, ref):
+    prm = params(TINY)
+    pool, seqs, prompt = _shared(pk, 10, 6, 3)
+    out = pk.paged_step(prm, TINY, seqs, [[7], [8], [9]])
+    tables = [ints(s.blocks) for s in seqs]
+    st = pool_state(pool)
+    check(st["n_copies"] == 2, f"3 sharers of a partial block decode: n_copies {st['n_copies']}, expected 2")
+    check(tables == [[0, 2], [0, 3], [0, 1]], f"tables {tables}, expected [[0, 2], [0, 3], [0, 1]]")
+    check(st["ref"][:5] == [3, 1, 1, 1, 0] and st["n_used"] == 4, f"refcounts {st['ref'][:5]}, n_used {st['n_used']}")
+    hist = [[prompt, [t]] for t in (7, 8, 9)]
+    for i, o in enumerate(out):
+        close(o, contiguous(TINY, hist[i])[1], 1e-10, f"sharer {i} after copy-on-write")
+    for r in range(3):
+        step = [[1 + 10 * r + i] for i in range(3)]
+        out = pk.paged_step(prm, TINY, seqs, step)
+        for i, o in enumerate(out):
+            hist[i].append(step[i])
+            close(o, contiguous(TINY, hist[i])[-1], 1e-10, f"sharer {i}, decode {r + 2}")
+    check(int(pool.n_copies) == 2, f"later decodes copied: n_copies {pool.n_copies}")
+    tables = [ints(s.blocks) for s in seqs]
+    check(tables == [[0, 2, 4], [0, 3, 5], [0, 1, 6]], f"tables {tables}, expected [[0, 2, 4], [0, 3, 5], [0, 1, 6]]")
+
+
+@register("copy_on_write")
+def c_full_block(pk, ref):
+    prm = params(TINY)
+    pool, seqs, prompt = _shared(pk, 8, 8, 3)
+    out = pk.paged_step(prm, TINY, seqs, [[1], [2], [3]])
+    check(int(pool.n_copies) == 0, f"a full shared block was copied: n_copies {pool.n_copies}")
+    tables = [ints(s.blocks) for s in seqs]
+    check(tables == [[0, 1, 2], [0, 1, 3], [0, 1, 4]], f"tables {tables}")
+    check(ints(pool.refcount(b) for b in range(5)) == [3, 3, 1, 1, 1], "refcounts after a full-block step")
+    for t, o in zip((1, 2, 3), out):
+        close(o, contiguous(TINY, [prompt, [t]])[1], 1e-10, f"decode {t}")
+
+
+@register("copy_on_write")
+def c_sequential(pk, ref):
+    prm = params(TINY)
+    pool, (p, c), prompt = _shared(pk, 8, 5, 2)
+    oc = pk.paged_step(prm, TINY, [c], [[4]])
+    check(int(pool.n_copies) == 1 and ints(c.blocks) == [0, 2] and ints(p.blocks) == [0, 1],
+          f"child's write: n_copies {pool.n_copies}, child {ints(c.blocks)}, parent {ints(p.blocks)}")
+    op = pk.paged_step(prm, TINY, [p], [[5]])
+    check(int(pool.n_copies) == 1 and ints(p.blocks) == [0, 1], f"last holder copied: n_copies {pool.n_copies}")
+    close(oc[0], contiguous(TINY, [prompt, [4]])[1], 1e-10, "child")
+    close(op[0], contiguous(TINY, [prompt, [5]])[1], 1e-10, "parent")
+
+
+@register("copy_on_write")
+def c_reserve_cow(pk, ref):
+    pool, (p, c), prompt = _shared(pk, 8, 6, 2)
+    c.reserve(1)
+    check(ints(c.blocks) == [0, 2] and int(c.length) == 6 and int(pool.n_copies) == 1,
+          f"reserve on a shared partial block: table {ints(c.blocks)}, length {c.length}, n_copies {pool.n_copies}")
+    check(ints(pool.refcount(b) for b in range(3)) == [2, 1, 1], "refcounts after copy-on-write in reserve")
+    check(np.array_equal(pool.k[:, 2, :2], pool.k[:, 1, :2]) and np.array_equal(pool.v[:, 2, :2], pool.v[:, 1, :2]),
+          "the copied block's K/V differ from the shared block's")
+
+
+@register("copy_on_write")
+def c_free(pk, ref):
+    prm = params(TINY)
+    pool, (p, c), prompt = _shared(pk, 8, 6, 2)
+    pk.paged_step(prm, TINY, [c], [[3]])
+    c.free()
+    check(ints(c.blocks) == [] and int(c.length) == 0, f"after free: table {ints(c.blocks)}, length {c.length}")
+    check(ints(pool.refcount(b) for b in range(4)) == [1, 1, 0, 0] and int(pool.n_used) == 2,
+          f"after freeing the child: refcounts {ints(pool.refcount(b) for b in range(4))}, n_used {pool.n_used}")
+    c.free()
+    check(int(pool.n_used) == 2, "free of an empty sequence changed the pool")
+    out = pk.paged_step(prm, TINY, [p], [[9]])
+    close(out[0], contiguous(TINY, [prompt, [9]])[1], 1e-10, "parent after the child was freed")
+    p2 = toks(5, seed=77)
+    out = pk.paged_step(prm, TINY, [c], [p2])
+    check(ints(c.blocks) == [2, 3], f"reused sequence table {ints(c.blocks)}, expected [2, 3]")
+    close(out[0], contiguous(TINY, [p2])[0], 1e-10, "reused sequence")
+    g = p.fork()
+    g.free()
+    check(ints(pool.refcount(b) for b in range(2)) == [1, 1], "freeing a fresh fork released the parent's blocks")
+    out = pk.paged_step(prm, TINY, [p], [[4]])
+    close(out[0], contiguous(TINY, [prompt, [9], [4]])[2], 1e-10, "parent after a fork was freed")
+    p.free(), c.free()
+    check(pool_state(pool)["ref"] == [0] * 8 and int(pool.n_used) == 0 and int(pool.n_free) == 8, "everything freed")
+
+
+def _drive(pk, fn, **kw):
+    import decoding
+    saved = sys.modules.get("paged_kv")
+    sys.modules["paged_kv"] = pk
+    try:
+        return getattr(decoding, fn)(**kw)
+    finally:
+        if saved is None:
+            sys.modules.pop("paged_kv", None)
+        else:
+            sys.modules["paged_kv"] = saved
+
+
+@register("copy_on_write")
+def c_drivers(pk, ref):
+    prm = params(TINY)
+    prompt = toks(10, seed=4)
+    results = {}
+    for name, mod in (("impl", pk), ("ref", ref)):
+        pool = mod.BlockPool(TINY, 64, 4)
+        s, st = _drive(mod, "parallel_sample", params=prm, cfg=TINY, prompt=prompt, n=3, max_new=6,
+                       temperature=0.8, seed=3, pool=pool)
+        bpool = mod.BlockPool(TINY, 64, 4)
+        b, bst = _drive(mod, "beam_search", params=prm, cfg=TINY, prompt=prompt, k=3, steps=5, pool=bpool)
+        results[name] = (s, st, pool_state(pool), b, bst, pool_state(bpool))
+    base_s, _ = _drive(ref, "parallel_sample", params=prm, cfg=TINY, prompt=prompt, n=3, max_new=6,
+                       temperature=0.8, seed=3, pool=None)
+    base_b, _ = _drive(ref, "beam_search", params=prm, cfg=TINY, prompt=prompt, k=3, steps=5, pool=None)
+    s, st, ps, b, bst, bps = results["impl"]
+    rs, rst, rps, rb, rbst, rbps = results["ref"]
+    check(s == base_s == rs, f"parallel_sample samples {s}, baseline {base_s}")
+    check(st == rst and ps == rps, f"parallel_sample stats {st} / pool {ps}, reference {rst} / {rps}")
+    check([t for _, t in b] == [t for _, t in base_b] == [t for _, t in rb], "beam_search beams differ")
+    check(np.allclose([x for x, _ in b], [x for x, _ in base_b], rtol=0, atol=1e-9), "beam scores differ")
+    check(bst == rbst and bps == rbps, f"beam_search stats {bst} / pool {bps}, reference {rbst} / {rbps}")
+
+
+# ====================================================== differential fuzzing (variants only)
+def _kind(e):
+    for k in (MemoryError, ValueError):
+        if isinstance(e, k):
+            return k.__name__
+    return type(e).__name__
+
+
+def differential(pk, ref, seed, n_actions=40):
+    """Random actions (new, step with valid or invalid chunks, fork, free, pool alloc/decref) applied to
+    both implementations; after each, the error kind, the logits and the whole state must agree."""
+    rng = np.random.default_rng(seed)
+    cfg = (ODD, ONE, SMALL, TINY)[seed % 4]
+    B = int(rng.choice([1, 2, 3, 4, 5, 8]))
+    n_blocks = int(rng.integers(6, 24))
+    prm = params(cfg, seed % 3)
+    world = {}
+    for name, mod in (("impl", pk), ("ref", ref)):
+        world[name] = {"pool": mod.BlockPool(cfg, n_blocks, B), "seqs": [], "junk": [], "mod": mod}
+
+    def act(w, action):
+        pool, seqs, mod = w["pool"], w["seqs"], w["mod"]
+        op = action[0]
+        if op == "new":
+            seqs.append(mod.PagedSequence(pool))
+        elif op == "fork":
+            seqs.append(seqs[action[1]].fork())
+        elif op == "free":
+            seqs[action[1]].free()
+        elif op == "alloc":
+            w["junk"].append(int(pool.alloc()))
+        elif op == "decref":
+            pool.decref(w["junk"].pop(action[1]))
+        elif op == "step":
+            outs = mod.paged_step(prm, cfg, [seqs[i] for i in action[1]], action[2])
+            return [np.asarray(o) for o in outs]
+        return None
+
+    for n in range(n_actions):
+        r = world["ref"]
+        live = list(range(len(r["seqs"])))
+        roll = rng.random()
+        if roll < 0.12 or not live:
+            action = ("new",)
+        elif roll < 0.22:
+            action = ("fork", int(rng.choice(live)))
+        elif roll < 0.30:
+            action = ("free", int(rng.choice(live)))
+        elif roll < 0.36:
+            action = ("alloc",)
+        elif roll < 0.42 and r["junk"]:
+            action = ("decref", int(rng.integers(len(r["junk"]))))
+        else:
+            idx = [int(i) for i in rng.permutation(live)[:int(rng.integers(1, len(live) + 1))]]
+            chunks = []
+            for i in idx:
+                L = 1 if rng.random() < 0.6 else int(rng.integers(1, 9))
+                c = [int(t) for t in rng.integers(0, cfg.vocab, L)]
+                bad = rng.random()
+                if bad < 0.04:
+                    c[-1] = cfg.vocab
+                elif bad < 0.08:
+                    c = []
+                elif bad < 0.10:
+                    c = c * (cfg.max_len // max(1, len(c)) + 1)
+                chunks.append(np.array(c, dtype=np.int64) if rng.random() < 0.5 else c)
+            action = ("step", idx, chunks)
+        got = {}
+        for name in ("impl", "ref"):
+            try:
+                got[name] = (act(world[name], action), None)
+            except Exception as e:  # noqa: BLE001
+                got[name] = (None, _kind(e))
+        (out, err), (rout, rerr) = got["impl"], got["ref"]
+        what = f"seed {seed} (B={B}, {n_blocks} blocks), action {n} {action[0]}{action[1:2]}"
+        check(err == rerr, f"{what}: error {err}, reference {rerr}")
+        if rout is not None:
+            check(out is not None and len(out) == len(rout), f"{what}: {len(out or [])} outputs")
+            for o, w in zip(out, rout):
+                close(o, w, 1e-10, f"{what} logits")
+        st, rst = (state(world[x]["pool"], world[x]["seqs"]) for x in ("impl", "ref"))
+        check(st == rst, f"{what}: state {st}, reference {rst}")
+
+
+# ========================================================================================= driver
+def run_checks(pk, ref, names=None, quiet=False):
+    """{check name: None if it passed else the failure message}."""
+    results = {}
+    for name, (part, fn) in CHECKS.items():
+        if names is not None and name not in names:
+            continue
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                fn(pk, ref)
+            results[name] = None
+        except Fail as e:
+            results[name] = str(e)
+        except Exception as e:  # noqa: BLE001
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(tb)), "?")
+            results[name] = f"{type(e).__name__}: {str(e)[:200]} (at {where})"
+    return results
+
+
+def load_reference():
+    return load(mutants_mod.reference_text(), "reference")
+
+
+def verify_mutants(ref, verbose=False):
+    problems, rows = [], []
+    for m in mutants_mod.MUTANTS:
+        try:
+            text = mutants_mod.apply(m)
+            pk = load(text, "mut_" + m.name)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"mutant {m.name}: cannot build/import: {type(e).__name__}: {e}")
+            continue
+        res = run_checks(pk, ref)
+        failed = {n: msg for n, msg in res.items() if msg is not None}
+        own = [n for n in failed if CHECKS[n][0] == m.part]
+        if not failed:
+            problems.append(f"mutant {m.name}: passes every check (equivalent to the reference?)")
+        elif not own:
+            problems.append(f"mutant {m.name}: fails only checks of other parts ({sorted(failed)})")
+        if m.witness not in CHECKS or CHECKS[m.witness][0] != m.part:
+            problems.append(f"mutant {m.name}: witness {m.witness!r} is not a check of part {m.part}")
+        elif m.witness not in failed:
+            problems.append(f"mutant {m.name}: its witness {m.witness} passes")
+        rows.append((m, failed))
+        if verbose:
+            print(f"  {m.part:20s} {m.name:28s} fails {len(failed):2d} checks ({len(own)} own); "
+                  f"{m.witness}: {failed.get(m.witness, 'PASSED')[:150]}")
+    return problems, rows
+
+
+def variant_paths():
+    return sorted(os.path.join(VARIANTS_DIR, f) for f in os.listdir(VARIANTS_DIR)
+                  if f.endswith(".py") and not f.startswith("_"))
+
+
+def workload(pk):
+    """A typical workload for timing, the lecture's demos 2-4 at reduced size: 4 sequences prefilled and
+    decoded 20 times at block sizes 4 and 16, blockwise attention on each, parallel sampling (n=4,
+    100-token prompt, 24 new tokens) and beam search (k=4, 64-token prompt, 16 steps)."""
+    prm = params(TINY)
+    rng = np.random.default_rng(1)
+    for B in (4, 16):
+        pool = pk.BlockPool(TINY, 260 // B + 8, B)
+        seqs = [pk.PagedSequence(pool) for _ in range(4)]
+        chunks = [rng.integers(0, 256, L) for L in (5, 17, 33, 64)]
+        for _ in range(21):
+            outs = pk.paged_step(prm, TINY, seqs, chunks)
+            chunks = [np.array([int(np.argmax(o[-1]))]) for o in outs]
+        for s in seqs:
+            pk.blockwise_attention(rng.standard_normal((4, 16)), s, 1)
+    _drive(pk, "parallel_sample", params=prm, cfg=TINY, prompt=rng.integers(0, 256, 100), n=4, max_new=24,
+           temperature=1.0, seed=7, pool=pk.BlockPool(TINY, 256, 16))
+    _drive(pk, "beam_search", params=prm, cfg=TINY, prompt=rng.integers(0, 256, 64), k=4, steps=16,
+           pool=pk.BlockPool(TINY, 512, 16))
+
+
+def timed(pk, repeat=3):
+    """Best of `repeat` runs of the workload in CPU seconds of this process (after a warm-up run): CPU time
+    is far less disturbed than wall time by other jobs sharing the machine."""
+    best = float("inf")
+    for i in range(repeat + 1):
+        t = time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            workload(pk)
+        if i:
+            best = min(best, time.process_time() - t)
+    return best
+
+
+def verify_variants(ref, verbose=False):
+    problems = []
+    t_ref = timed(ref)
+    timings = {}
+    for path in variant_paths():
+        name = os.path.basename(path)[:-3]
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if not text.startswith("from decoding import beam_search, parallel_sample"):
+            problems.append(f"variant {name}: does not start with the drivers' re-export line")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                pk = load(text, "var_" + name)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"variant {name}: cannot import: {type(e).__name__}: {e}")
+            continue
+        res = run_checks(pk, ref)
+        failed = {n: msg for n, msg in res.items() if msg is not None}
+        for n, msg in failed.items():
+            problems.append(f"variant {name}: {n}: {msg}")
+        for seed in range(FUZZ_SEEDS):
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    differential(pk, ref, seed)
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"variant {name}: differential: {type(e).__name__}: {e}")
+                break
+        timings[name] = timed(pk, repeat=2 if "slow" in name else 3)
+        if verbose:
+            print(f"  {name:24s} {len(res) - len(failed)}/{len(res)} checks pass, {FUZZ_SEEDS} differential runs; workload "
+                  f"{timings[name]:.2f} s = {timings[name] / t_ref:.1f}x the reference")
+    return problems, t_ref, timings
+
+
+def verify_hostile(verbose=False):
+    from grader.selftest import hostile
+    problems = []
+    mutant_names = {m.name for m in mutants_mod.MUTANTS}
+    for h in hostile.HOSTILES:
+        if h.base not in ("stubs", "solution") and h.base not in mutant_names:
+            problems.append(f"hostile {h.name}: unknown base {h.base!r}")
+            continue
+        try:
+            text = hostile.build(h)
+            compile(text, f"{h.name}/paged_kv.py", "exec")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"hostile {h.name}: does not build: {type(e).__name__}: {e}")
+    try:
+        stubs = load(hostile.STUBS, "stubs")
+        for name in ("BlockPool", "PagedSequence", "paged_step", "blockwise_attention", "beam_search",
+                     "parallel_sample"):
+            check(hasattr(stubs, name), f"stubs lack {name}")
+        res = run_checks(stubs, load_reference())
+        passing = [n for n, msg in res.items() if msg is None]
+        if passing:
+            problems.append(f"the stubs pass checks {passing}")
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"stubs: {type(e).__name__}: {e}")
+    if verbose:
+        print(f"  {len(hostile.HOSTILES)} hostile submissions build")
+    return problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("mutants", "variants", "hostile"))
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    ref = load_reference()
+    problems = []
+    res = run_checks(ref, ref)
+    bad = {n: m for n, m in res.items() if m}
+    for n, m in bad.items():
+        problems.append(f"the REFERENCE fails {n}: {m}")
+    print(f"reference: {len(res) - len(bad)}/{len(res)} checks pass")
+    if args.only in (None, "mutants"):
+        p, rows = verify_mutants(ref, args.verbose)
+        problems += p
+        by_part = {}
+        for m, failed in rows:
+            ok = m.witness in failed
+            by_part.setdefault(m.part, [0, 0])
+            by_part[m.part][0] += ok
+            by_part[m.part][1] += 1
+        print("mutants: " + ", ".join(f"{part} {k}/{n}" for part, (k, n) in by_part.items())
+              + f"; {sum(k for k, _ in by_part.values())}/{len(mutants_mod.MUTANTS)} shown wrong by their witness")
+    if args.only in (None, "variants"):
+        p, t_ref, timings = verify_variants(ref, args.verbose)
+        problems += p
+        print(f"variants: {len(timings)} checked, {len({x.split(':')[0] for x in p})} with problems; "
+              f"reference workload {t_ref:.2f} s; " + ", ".join(f"{n} {t / t_ref:.1f}x" for n, t in timings.items()))
+    if args.only in (None, "hostile"):
+        problems += verify_hostile(args.verbose)
+    for p in problems:
+        print("PROBLEM:", p)
+    print(f"{'OK' if not problems else 'FAILED'} in {time.time() - t0:.1f} s")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Loads the implementation under test (--impl=DIR, default ../starter) once, and keeps the output
+readable:
+
+- a file that does not import or lacks a contract name: one message (file, line, what to fix), exit 3;
+- a test that reaches a stub fails with one line: "not implemented yet: TODO Part 2: paged_step";
+- at the end, the results by part, each failure on one untrimmed line.
+"""
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tools"))
+import labtool  # noqa: E402
+
+PART_TITLES = {
+    "allocator": "Part 1: the block allocator",
+    "paged_step": "Part 2: paged KV and the paged step",
+    "blockwise_attention": "Part 3: blockwise attention",
+    "copy_on_write": "Part 4: sharing and copy-on-write",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl", default=str(HERE.parent / "starter"),
+                     help="folder holding the paged_kv.py to test (default: ../starter); write --impl=DIR")
+
+
+def pytest_configure(config):
+    for part, title in PART_TITLES.items():      # also when pytest was started without tests/pytest.ini
+        config.addinivalue_line("markers", f"{part}: {title}")
+    impl = config.getoption("--impl", default=str(HERE.parent / "starter"))
+    message = labtool.check_in_subprocess(impl)      # a file that hangs at import cannot hang the tests
+    if message is None:
+        try:
+            config.paged_kv = labtool.load(impl)     # also puts lab/ and DIR on sys.path
+        except labtool.ImplError as e:
+            message = str(e)
+    if message is not None:
+        pytest.exit(f"cannot test {labtool.shown(Path(impl) / labtool.FILE)}:\n{message}", returncode=3)
+
+
+def pytest_report_header(config):
+    return f"implementation under test: {config.paged_kv.__file__}"
+
+
+@pytest.fixture(scope="session")
+def pk(request):
+    """The implementation under test (the module `paged_kv`)."""
+    return request.config.paged_kv
+
+
+# ------------------------------------------------------------------------- "not implemented yet"
+def _unfinished(e):
+    """Where a NotImplementedError came from, in the starter's words when it has them."""
+    if str(e):
+        return str(e)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(labtool.FILE)]
+    return f"{frames[-1].name} (paged_kv.py, line {frames[-1].lineno})" if frames else "NotImplementedError"
+
+
+def _one_line_if_unfinished():
+    reason = None
+    try:
+        yield
+    except NotImplementedError as e:
+        reason = _unfinished(e)
+    if reason is not None:      # outside the except: no "during handling of the above exception"
+        pytest.fail(f"not implemented yet: {reason}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _one_line_if_unfinished())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _one_line_if_unfinished())
+
+
+# ------------------------------------------------------------------------------- results by part
+def _first_line(rep):
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(rep.longrepr)
+    line = text.strip().splitlines()[0] if text.strip() else "failed"
+    return line[len("Failed: "):] if line.startswith("Failed: ") else line
+
+
+def pytest_terminal_summary(terminalreporter):
+    reports = [r for key in ("passed", "failed", "error") for r in terminalreporter.stats.get(key, [])
+               if getattr(r, "when", None) in ("setup", "call") and not (r.passed and r.when == "setup")]
+    if not reports:
+        return
+    tr = terminalreporter
+    tr.ensure_newline()
+    tr.section("results by part")
+    for part, title in PART_TITLES.items():
+        mine = [r for r in reports if part in r.keywords]
+        if not mine:
+            continue
+        failed = [r for r in mine if not r.passed]
+        tr.write_line(f"{title} ({part}): {len(mine) - len(failed)} of {len(mine)} passed")
+        unfinished = {}
+        for r in failed:
+            line = _first_line(r)
+            if line.startswith("not implemented yet"):
+                unfinished[line] = unfinished.get(line, 0) + 1
+            else:
+                tr.write_line(f"  FAILED {r.nodeid.split('::', 1)[-1]}: {line}")
+        for line, n in unfinished.items():
+            tr.write_line(f"  {line} ({n} test{'s' * (n != 1)})")

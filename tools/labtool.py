@@ -1,0 +1,259 @@
+"""The one place the handout's workflow lives: check, test and submit an implementation.
+
+    python tools/labtool.py check  [--impl DIR]               does DIR/paged_kv.py import and define the contract?
+    python tools/labtool.py test   [--impl DIR] [--part P]    the public tests (tests/) on DIR
+    python tools/labtool.py submit [--impl DIR] [--out ZIP]   check, then a zip holding exactly paged_kv.py
+
+The staff Makefile, the students' Makefile and tests/conftest.py all use this module, so a broken
+submission gets the same one clear message (file, line, what to fix) everywhere. DIR defaults to
+starter/, the student's working folder.
+"""
+import argparse
+import contextlib
+import importlib.util
+import inspect
+import io
+import os
+import re
+import subprocess
+import sys
+import traceback
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "lab"
+TESTS = ROOT / "tests"
+DEFAULT_IMPL = ROOT / "starter"
+FILE = "paged_kv.py"
+PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write")
+IMPORT_TIMEOUT = float(os.environ.get("PAGED_KV_IMPORT_TIMEOUT", 60))    # seconds; the env var is for our tests
+
+# The contract's names: what must exist and how the tests call it (positional arguments, self excluded).
+FUNCTIONS = {
+    "paged_step": (2, ("params", "cfg", "seqs", "chunks")),
+    "blockwise_attention": (3, ("q", "seq", "layer")),
+}
+REEXPORTS = ("beam_search", "parallel_sample")
+CLASSES = {
+    "BlockPool": (1, {"__init__": ("cfg", "n_blocks", "block_size"), "alloc": (), "incref": ("b",),
+                      "decref": ("b",), "refcount": ("b",), "copy_block": ("b",)}),
+    "PagedSequence": (2, {"__init__": ("pool",), "reserve": ("n",), "write": ("layer", "start", "k", "v"),
+                          "read": ("layer", "length"), "free": ()}),
+}
+FORK = ("PagedSequence", "fork", 4)          # Part 4's method lives on the Part 2 class
+
+
+class ImplError(Exception):
+    """An implementation that cannot be tested at all; str() is the whole message for the student."""
+
+
+def shown(path):
+    """A path as the student typed it: relative to the current folder when it is inside it."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# ------------------------------------------------------------------------------------ loading
+def _syntax_message(e, path):
+    where = f"{shown(e.filename or path)}, line {e.lineno}"
+    lines = [f"{where}: {type(e).__name__}: {e.msg}"]
+    if e.text:
+        text = e.text.rstrip("\n")
+        lines.append("    " + text.strip())
+        if e.offset:
+            lines.append("    " + " " * max(0, e.offset - 1 - (len(text) - len(text.lstrip()))) + "^")
+    lines.append("Fix this line (Python reports only the first syntax error), then run this again.")
+    return "\n".join(lines)
+
+
+def _import_message(e, path):
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).name == FILE]
+    where = f"{shown(path)}, line {frames[-1].lineno}" if frames else shown(path)
+    lines = [f"{where}: importing it raised {type(e).__name__}: {e}"]
+    if frames and frames[-1].line:
+        lines.append("    " + frames[-1].line)
+    if isinstance(e, ImportError):
+        lines.append("paged_kv.py may import only numpy, the standard library and the lab modules "
+                     "(transformer_lab, decoding).")
+    else:
+        lines.append("Code at the top level of paged_kv.py runs on import: fix it, or move it into a function "
+                     "or under `if __name__ == \"__main__\":`.")
+    return "\n".join(lines)
+
+
+def _callable_as(fn, n_args):
+    try:
+        inspect.signature(fn).bind(*([None] * n_args))
+        return True
+    except TypeError:
+        return False
+    except ValueError:          # no signature to inspect (a builtin): give it the benefit of the doubt
+        return True
+
+
+def missing_names(module):
+    """Every contract name the module lacks or defines uncallably, as lines for the student."""
+    problems = []
+    for name, (part, args) in FUNCTIONS.items():
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            problems.append(f"{name}: the Part {part} function is missing (def {name}({', '.join(args)}))")
+        elif not _callable_as(fn, len(args)):
+            problems.append(f"{name} cannot be called as {name}({', '.join(args)})")
+    for name in REEXPORTS:
+        if not callable(getattr(module, name, None)):
+            problems.append(f"{name}: keep the starter's line `from decoding import beam_search, parallel_sample`")
+    methods = {cls: dict(spec) for cls, (_, spec) in CLASSES.items()}
+    methods[FORK[0]][FORK[1]] = ()
+    for cls, spec in methods.items():
+        part = CLASSES[cls][0]
+        klass = getattr(module, cls, None)
+        if not isinstance(klass, type):
+            problems.append(f"{cls}: the Part {part} class is missing (class {cls}:)")
+            continue
+        for meth, args in spec.items():
+            fn = getattr(klass, meth, None)
+            sig = f"def {meth}({', '.join(('self',) + args)})"
+            if meth != "__init__" and not callable(fn):
+                where = FORK[2] if (cls, meth) == FORK[:2] else part
+                problems.append(f"{cls}.{meth}: the Part {where} method is missing ({sig})")
+            elif callable(fn) and not _callable_as(fn, len(args) + 1):
+                problems.append(f"{cls}.{meth} cannot be called as the contract does: {sig}")
+    return problems
+
+
+def load(impl_dir):
+    """Import DIR/paged_kv.py as the module `paged_kv` (lab/ and DIR on sys.path, as the contract
+    says) and check its names. Returns the module; raises ImplError with the student's message."""
+    impl_dir = Path(impl_dir).resolve()
+    path = impl_dir / FILE
+    if not path.is_file():
+        raise ImplError(f"There is no {FILE} in {shown(impl_dir)}/ (use IMPL=folder to test another folder).")
+    for d in (str(LAB), str(impl_dir)):
+        if d in sys.path:
+            sys.path.remove(d)
+        sys.path.insert(0, d)
+    spec = importlib.util.spec_from_file_location("paged_kv", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paged_kv"] = module          # the lab's drivers import it by this name
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            spec.loader.exec_module(module)
+    except SyntaxError as e:
+        del sys.modules["paged_kv"]
+        raise ImplError(_syntax_message(e, path)) from None
+    except BaseException as e:  # noqa: BLE001  (SystemExit at import time too)
+        del sys.modules["paged_kv"]
+        raise ImplError(_import_message(e, path)) from None
+    problems = missing_names(module)
+    if problems:
+        raise ImplError(f"{shown(path)} does not define the whole contract:\n"
+                        + "\n".join("  - " + p for p in problems)
+                        + "\nKeep every name of the starter, even the ones you have not implemented yet: "
+                          "the tests and the grader call them all.")
+    return module
+
+
+def check_in_subprocess(impl_dir, timeout=IMPORT_TIMEOUT):
+    """load() in a separate Python, so a file that hangs or crashes at import cannot take the
+    caller with it. Returns None when it is fine, else the message for the student."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "check", "--impl", str(impl_dir), "--quiet"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return (f"Importing {shown(Path(impl_dir) / FILE)} took more than {timeout} s. Does it run something at "
+                "import time (a loop, a test, input())? Move it into a function or under "
+                "`if __name__ == \"__main__\":`.")
+    if r.returncode == 0:
+        return None
+    return r.stdout.strip() or f"Checking {shown(Path(impl_dir) / FILE)} failed:\n{r.stderr.strip()[-2000:]}"
+
+
+def todos(path):
+    """The TODOs still raised in a file, e.g. ["TODO Part 3: blockwise_attention"]."""
+    return re.findall(r"raise\s+NotImplementedError\(\s*[\"'](TODO[^\"']*)", Path(path).read_text(errors="replace"))
+
+
+# ------------------------------------------------------------------------------------ commands
+def cmd_check(args):
+    try:
+        load(args.impl)
+    except ImplError as e:
+        print(e)
+        return 1
+    if not args.quiet:
+        print(f"{shown(Path(args.impl) / FILE)} imports and defines every name of the contract.")
+    return 0
+
+
+def part_expression(part):
+    """PART as a pytest -m expression: a part name, or several joined with and/or/not."""
+    words = re.findall(r"\w+", part)
+    unknown = [w for w in words if w not in PARTS + ("and", "or", "not")]
+    if unknown:
+        raise ImplError(f"PART={part}: unknown part {unknown[0]!r}; use one of {', '.join(PARTS)}.")
+    return part
+
+
+def cmd_test(args, extra):
+    import pytest
+    # -c and --rootdir: pytest must read tests/pytest.ini whatever folder it is started from, and
+    # --impl=DIR as one word, or pytest takes DIR for a test path when it looks for its config.
+    cmd = [str(TESTS), "-c", str(TESTS / "pytest.ini"), f"--rootdir={TESTS}", f"--impl={Path(args.impl).resolve()}"]
+    if args.part:
+        try:
+            cmd += ["-m", part_expression(args.part)]
+        except ImplError as e:
+            print(e)
+            return 2
+    return int(pytest.main(cmd + extra))
+
+
+def cmd_submit(args):
+    path = Path(args.impl) / FILE
+    message = check_in_subprocess(args.impl)
+    if message:
+        print(f"Not submittable yet:\n{message}")
+        return 1
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.write(path, FILE)
+    print(f"{shown(path)} imports and defines every name of the contract.")
+    print(f"Wrote {shown(out)}: exactly one file, {FILE} ({path.stat().st_size:,} bytes). Upload it to Gradescope.")
+    left = todos(path)
+    if left:
+        parts = sorted({t.split(":")[0].replace("TODO ", "") for t in left})
+        which = "; ".join(left) if len(left) <= 3 else ", ".join(parts)
+        print(f"Note: {len(left)} TODO{'s' * (len(left) > 1)} still raise NotImplementedError ({which}): "
+              "the checks that reach them will score 0.")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("check", "test", "submit"):
+        p = sub.add_parser(name)
+        p.add_argument("--impl", default=str(DEFAULT_IMPL), help="folder holding paged_kv.py (default: starter)")
+        if name == "check":
+            p.add_argument("--quiet", action="store_true", help="print only problems")
+        if name == "test":
+            p.add_argument("--part", default="", help=" | ".join(PARTS))
+        if name == "submit":
+            p.add_argument("--out", default=str(ROOT / "build" / "submission.zip"))
+    args, extra = ap.parse_known_args(argv)
+    if args.cmd == "test":
+        return cmd_test(args, extra)
+    if extra:
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    return cmd_check(args) if args.cmd == "check" else cmd_submit(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
