@@ -13,7 +13,7 @@ numpy on sys.path itself:
 
 `check` proves it works by running a smoke program as the sandbox uid, and otherwise says what to do.
 
-    python -m grader.runtime     provision and check as root (what setup.sh runs)
+    python -m grader.runtime [--check]     provision, then check, as root (what setup.sh runs)
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def state_dir() -> Path:
 
 def _publish_readonly(tree: Path) -> None:
     """Folders 0755, files 0644 (0755 if executable): readable by all, writable by root only."""
-    for root, dirs, files in os.walk(tree):
+    for root, _dirs, files in os.walk(tree):
         os.chmod(root, 0o755)
         for name in files:
             p = os.path.join(root, name)

@@ -74,10 +74,10 @@ def _load_submission(code_dir, detailed):
         source = f.read()
     try:
         code = compile(source, path, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as e:      # ValueError: null bytes in the source
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:   # ValueError: null bytes
         line = getattr(e, "lineno", None)
         return None, {"status": "import_error", "error": builtin_name(e),
-                      "line": line if type(line) is int else None,
+                      "line": line if type(line) is int and line > 0 else None,
                       "message": e.msg if isinstance(e, SyntaxError) and type(e.msg) is str else None}
     try:
         import scenarios                        # trusted, and imported before any submission code
