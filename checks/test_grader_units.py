@@ -16,6 +16,7 @@ from grader.hidden.compare import first_mismatch  # noqa: E402
 from grader.score import part_totals, score  # noqa: E402
 from grader.submission import SubmissionError, locate  # noqa: E402
 
+REPO_SOLUTION = paths.SOLUTION / "paged_kv.py"
 LOGITS = np.linspace(-3, 3, 12).reshape(3, 4)
 
 
@@ -50,6 +51,14 @@ def test_errors_compare_by_kind_not_message():
     assert "expected ValueError, got an error (MemoryError)" in first_mismatch(err, {"kind": "MemoryError", "message": ""})[1]
     assert "got no error" in first_mismatch(err, None)[1]
     assert "expected no error" in first_mismatch({"error": None}, {"error": err})[1]
+
+
+def test_strings_from_the_submission_are_never_echoed():
+    """Any string could carry hidden inputs out through the feedback: only scenario words are shown."""
+    leak = "tokens 17 42 99"
+    assert leak not in first_mismatch(3, leak)[1] and "another string" in first_mismatch(3, leak)[1]
+    assert leak not in first_mismatch({"kind": "ValueError", "message": "m"}, {"kind": leak, "message": ""})[1]
+    assert "'float32'" in first_mismatch("float64", "float32")[1]
 
 
 def _rows(passed_per_check):
@@ -102,6 +111,11 @@ def test_locate(tmp_path):
         locate(big)
     with pytest.raises(FileNotFoundError):
         locate(tmp_path / "missing")
+    link = tmp_path / "link" / "paged_kv.py"
+    link.parent.mkdir()
+    link.symlink_to(REPO_SOLUTION)
+    with pytest.raises(SubmissionError, match="regular file"):
+        locate(link.parent)
 
 
 def test_seed_per_student(tmp_path):

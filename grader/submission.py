@@ -26,6 +26,8 @@ def locate(path):
         found = matches[0]
     else:
         raise FileNotFoundError(f"no such file or folder: {path}")
+    if found.is_symlink() or not found.resolve().is_file():
+        raise SubmissionError(f"{NAME} must be a regular file, not a link.")
     size = found.stat().st_size
     if size > MAX_BYTES:
         raise SubmissionError(f"{NAME} is {size} bytes; the limit is {MAX_BYTES}. Submit only your source code.")
