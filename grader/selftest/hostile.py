@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from grader.selftest import mutants
 
-TOKEN = "SELFTEST-HOSTILE"
+TOKEN = "SELFTEST-" + "HOSTILE"   # spelled in two pieces: this file must not carry the token it looks for
 CANARY_PORT = 47391          # the runner listens here (or passes another port to build())
 PROC_PREFIX = "sth-"
 MARKER_PREFIX = "sth-marker-"
@@ -105,7 +105,7 @@ def blockwise_attention(q, seq, layer):
 PRELUDE = r'''
 # ======================================================================= selftest hostile prelude
 import os as _o, sys as _s, time as _t, json as _j
-_STH = "SELFTEST-HOSTILE"
+_STH = "@TOKEN@"
 _STH_NAME = "@NAME@"
 _STH_PORT = @PORT@
 _STH_T0 = _t.time()
@@ -492,6 +492,24 @@ def _sth_make(qual, fn):
 
 
 _sth_wrap_all(globals(), _sth_make)
+
+
+def _sth_lying_attributes(cls):
+    """Plain attributes too (peak_used, n_copies, length set in __init__): numbers read from an
+    instance come back as the always-equal subclasses."""
+    orig = cls.__getattribute__
+
+    def getattribute(self, name):
+        v = orig(self, name)
+        if not name.startswith("_") and type(v) in (int, float):
+            return _sth_lie(v)
+        return v
+    cls.__getattribute__ = getattribute
+
+
+for _v in list(globals().values()):
+    if isinstance(_v, type) and _v.__module__ == __name__ and _v.__name__ in ("BlockPool", "PagedSequence"):
+        _sth_lying_attributes(_v)
 '''
 
 _LAZY = r'''
@@ -611,8 +629,6 @@ for _name in ("allclose", "array_equal", "isclose"):
     _g = getattr(_g, "_implementation", _g)
     if _g is not None and hasattr(_g, "__code__"):
         _sth_try(setattr, _g, "__code__", _sth_true.__code__)
-_sth_try(setattr, _np, "max", lambda *a, **k: 0.0)
-_sth_try(setattr, _np, "abs", lambda x, *a, **k: _np.zeros(_np.shape(x)))
 '''
 
 _PATCH_BUILTINS = r'''
@@ -1207,15 +1223,16 @@ HOSTILES = [
     H("lazy_array", "objects whose __array__ reads the converter's frames for an 'expected' array",
       "embed_start_plus_one", _LAZY, "bottom"),
     H("nan_arrays", "NaN arrays of the right shape", "causal_start_zero", _transform_arrays("_np.full(a.shape, _np.nan)"), "bottom"),
-    H("empty_arrays", "empty arrays instead of answers", "bw_no_scale", _transform_arrays("_np.zeros((0,))"), "bottom"),
+    H("empty_arrays", "empty arrays (0 rows: np.allclose(empty, x) is True when they broadcast)", "bw_no_scale",
+      _transform_arrays("_np.zeros((0,) + a.shape[1:])"), "bottom"),
     H("object_arrays", "object-dtype arrays of always-equal numbers", "bw_no_scale",
       _LIAR_CLASSES + _transform_arrays("_np.array([_AnyFloat(v) for v in a.ravel()], dtype=object).reshape(a.shape)"),
       "bottom"),
     H("lists_not_arrays", "nested Python lists instead of arrays (a mutant's wrong values)", "causal_start_zero",
       _transform_arrays("a.tolist()"), "bottom"),
     # ---------------------------------------------------------------------------- monkeypatching
-    H("patch_numpy", "np.allclose/isclose/array_equal, numpy.testing asserts (also by __code__), np.max, "
-      "np.abs replaced at import", "bw_no_scale", _PATCH_NUMPY),
+    H("patch_numpy", "np.allclose/isclose/array_equal and the numpy.testing asserts replaced at import, by "
+      "attribute and by __code__", "bw_no_scale", _PATCH_NUMPY),
     H("patch_builtins", "builtins all/any/abs/isinstance patched at import", "bw_no_scale", _PATCH_BUILTINS),
     H("patch_scenarios", "the scenario functions and anything grader-like in sys.modules replaced: run a "
       "reference if one is on disk, else swallow errors", "fork_no_incref", _PATCH_SCENARIOS, "bottom"),
@@ -1262,7 +1279,7 @@ def base_text(base):
 def build(h, port=CANARY_PORT):
     """The hostile submission's full text. A snippet containing the line '#@BOTTOM@' is split: what
     precedes goes to the top, what follows to the bottom."""
-    fill = lambda s: s.replace("@NAME@", h.name).replace("@PORT@", str(int(port)))  # noqa: E731
+    fill = lambda s: s.replace("@NAME@", h.name).replace("@PORT@", str(int(port))).replace("@TOKEN@", TOKEN)  # noqa: E731
     prelude, code = fill(PRELUDE), fill(h.code)
     base = base_text(h.base)
     banner = f"# ---- {TOKEN} {h.name}: {h.attack}\n"

@@ -18,6 +18,9 @@ Each submission is built into a temp folder and graded by the grader's own comma
   * grading the reference and two mutants twice gives identical results apart from execution_time;
   * every grading finishes (exit 0, a results.json with a score).
 
+The corpus itself is checked without the grader by verify_corpus.py; teeth.sh shows the hostile
+submissions breaching a grader whose isolation is turned off (so "contained" means something).
+
 Prints a short report; exits non-zero on any failure, listing which. Hostile submissions are only run
 as root (the grader isolates only then); --allow-unisolated runs them anyway (they are self-limiting,
 and what they leave behind is found and removed, but they may write into this checkout meanwhile).
@@ -54,6 +57,7 @@ SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
 SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
               "pytest.ini", "results.json")
 EPS = 1e-6
+CANARY_TEXT = "the hostile submissions must not be able to delete this\n"
 # Slowest first, so that the long ones overlap with the rest.
 SLOW_FIRST = ("hang_in_call", "memory_bomb", "fork_bomb", "output_flood", "detached_rewriter",
               "slow_per_token", "hang_import", "network", "steal_reference", "drop_files", "tamper_grader")
@@ -129,10 +133,13 @@ def order(subs):
 
 
 # ------------------------------------------------------------------------------- grading
+GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-args)
+
+
 def grade(s, root):
     """Run the grader's command line on one submission; fills exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
-    cmd = [sys.executable, "-m", "grader", str(s.path), "--results", str(s.results)]
+    cmd = [sys.executable, "-m", "grader", str(s.path), "--results", str(s.results), *GRADER_ARGS]
     start = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -287,14 +294,19 @@ def strip_times(x):
 
 
 def repair(before, after):
-    """Undo what hostile submissions did to the checkout: strip appended hostile lines from changed
-    files, delete new files that carry the token. Returns what could not be repaired."""
+    """Undo what hostile submissions did to the checkout, and nothing else: remove the exact lines the
+    attacks append ("# <TOKEN> tamper ...", "# <TOKEN> late tamper ...") and the new files they drop
+    (carrying the token). Never touches grader/selftest/ (the corpus itself names the token). A file
+    changed in any other way (a concurrent edit?) is only reported. Returns what was not repaired."""
     left = []
     token = hostile_mod.TOKEN
+    appended = (f"# {token} tamper ", f"# {token} late tamper ")
+    droppable = ("sth_dropped_", "sth-marker-", "conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py")
     for rel in sorted(set(after) - set(before)):
         p = REPO / rel
         try:
-            if token.encode() in p.read_bytes():
+            if not rel.startswith("grader/selftest/") and p.name.startswith(droppable) \
+                    and token.encode() in p.read_bytes():
                 p.unlink()
                 continue
         except OSError:
@@ -304,12 +316,19 @@ def repair(before, after):
         p = REPO / rel
         try:
             text = p.read_text()
-            kept = "\n".join(line for line in text.split("\n") if token not in line)
-            if kept != text:
-                kept = kept.rstrip("\n") + "\n" if text.endswith("\n") else kept
-                p.write_text(kept)
         except (OSError, UnicodeDecodeError):
             left.append(f"changed file {rel}")
+            continue
+        lines = text.split("\n")
+        kept = [ln for ln in lines if not ln.startswith(appended)]
+        if rel.startswith("grader/selftest/") or len(kept) == len(lines):
+            left.append(f"changed file {rel}")
+            continue
+        while len(kept) > 1 and kept[-1] == "" and kept[-2] == "":    # the blank line each append adds
+            kept.pop()
+        p.write_text("\n".join(kept))
+        if hashlib.sha256(p.read_bytes()).hexdigest() != before[rel]:
+            left.append(f"changed file {rel} (hostile lines removed, but it still differs)")
     return left
 
 
@@ -322,7 +341,10 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (submissions, results, logs)")
     ap.add_argument("--allow-unisolated", action="store_true",
                     help="run the hostile submissions even when not root (no isolation)")
+    ap.add_argument("--grader-args", default="", help="extra arguments for every `python -m grader` call "
+                    "(e.g. \"--isolate no\" to see what the corpus does to an unisolated grader)")
     args = ap.parse_args(argv)
+    GRADER_ARGS[:] = args.grader_args.split()
     if not (REPO / "grader" / "__main__.py").is_file():
         print("selftest: `python -m grader` does not exist yet (grader/__main__.py missing)")
         return 2
@@ -349,9 +371,10 @@ def main(argv=None):
         ordered = order(subs)
         first = [s for s in ordered if s.key == "reference:reference"]
         grade(first[0], root)             # warm-up (pyc files, the sandbox runtime), then the snapshot
-        for c in canaries:
-            c.parent.mkdir(exist_ok=True)
-            c.write_text("the hostile submissions must not be able to delete this\n")
+        for c in canaries:                # a tracked file; recreated if a broken run lost it
+            if not c.exists():
+                c.parent.mkdir(exist_ok=True)
+                c.write_text(CANARY_TEXT)
         before = tree_hashes()
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             list(pool.map(lambda s: grade(s, root), [s for s in ordered if s not in first]))
@@ -365,10 +388,9 @@ def main(argv=None):
     finally:
         canary.close()
         for c in canaries:
-            if c.exists():
-                c.unlink()
-            if c.parent.exists() and not any(c.parent.iterdir()):
-                c.parent.rmdir()
+            if not c.exists():
+                c.parent.mkdir(exist_ok=True)
+                c.write_text(CANARY_TEXT)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     report = summarize(subs, wall, failures, notes, root if args.keep else None)
