@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when the autograder image is built (from /autograder/source).
-# It installs a Python the sandbox's unprivileged uid can run (outside /root), and locks the secrets
-# (reference solution, hidden suites) to root.
+# It installs a Python the sandbox's unprivileged uids can run (outside /root), and locks the secrets
+# (reference solution, hidden suites) to root. No user account is needed: the sandbox runs each
+# submission under a dedicated numeric uid (64100 + job) that owns nothing on the machine.
 set -euo pipefail
 SRC=/autograder/source
 VENV=/opt/cs349e-venv
