@@ -468,7 +468,7 @@ def run(marker_dir, hang):
 def test_a_detached_grandchild_is_dead_when_call_returns(make_box, shared_dir, monkeypatch, isolate, hang):
     # the uid sweep is a second line of defence: switched off, so this proves the first one
     monkeypatch.setattr(sandbox, "_sweep_uid", lambda *a, **k: None)
-    box = make_box(DETACH, isolate)
+    box = make_box(DETACH, isolate, share=[shared_dir])
     reply = box.call("run", {"marker_dir": str(shared_dir), "hang": hang}, deadline=1.0 if hang else 6.0)
     assert reply.status == ("timeout" if hang else "ok")
     assert (shared_dir / "worker-ran").exists()          # the folder is writable from inside
@@ -553,7 +553,7 @@ def test_secrets_are_unreadable(make_box, results_dir, isolate):
     assert not any(got[str(p)].startswith("read") for p in files), got
     # a masked folder is an empty tmpfs; a repository under /tmp is not there at all (a fresh /tmp)
     assert got[str(ROOT)] in ([], "FileNotFoundError") and got[str(ROOT / "grader")] == "FileNotFoundError"
-    assert got[str(results_dir)] == []
+    assert got[str(results_dir)] in ([], "FileNotFoundError")
     assert got[str(runtime.STATE_DIR / "scratch")] == "PermissionError"
 
 
@@ -652,6 +652,25 @@ def test_one_uid_per_live_sandbox(make_box):
 # ------------------------------------------------------------------------------------ protections
 
 @root_only
+@pytest.mark.parametrize("isolate", MODES)
+def test_only_system_folders_exist_outside_the_call(make_box, shared_dir, isolate):
+    """Deny by default: a world-readable copy of the project somewhere else on the machine (another
+    checkout, a staff folder) must not exist for the submission, though no mask names it."""
+    copy = shared_dir / "another-checkout" / "solution"
+    copy.mkdir(parents=True)
+    (copy / "paged_kv.py").write_text("SECRET = 1\n")
+    for p in (copy / "paged_kv.py", copy, copy.parent, shared_dir):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    got = make_box(PROBE, isolate).call("run", {"paths": [str(copy / "paged_kv.py"), "/", "/usr/bin"]}).data
+    if not isolate:
+        assert got[str(copy / "paged_kv.py")].startswith("read")         # control: it is readable
+        return
+    assert got[str(copy / "paged_kv.py")] == "FileNotFoundError"
+    assert set(got["/"]) <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev",
+                             "tmp", "var", "run", "opt"}, got["/"]
+    assert "python3" in " ".join(got["/usr/bin"])
+
+
 def test_protections_when_isolated(make_box, results_dir):
     items = make_box(PROBE, True, hide=[results_dir]).protections()
     assert not any(i.startswith("NOT ISOLATED") for i in items)

@@ -64,6 +64,8 @@ UID_BASE, UID_SLOTS = runtime.UID_BASE, runtime.UID_SLOTS
 LIMITS = {"as": 2 << 30, "nproc": 64, "fsize": 16 << 20, "nofile": 64, "core": 0}
 HIDDEN = ("/autograder", "/home", "/root")                 # besides the project root and `hide`
 FRESH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")      # world-writable: a new tmpfs per call
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # all the new root shows
+NEW_ROOT = "/tmp/.cs349e-root"      # inside the call's fresh /tmp: gone with the namespace
 SUBMISSION_CAP = 4 << 20
 REPLY_CAP = wire.MAX_BYTES
 _TOOL_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
@@ -79,11 +81,12 @@ class Reply:
 
 class Sandbox:
     def __init__(self, submission: str | os.PathLike, *, isolate: bool | None = None, job: int = 0,
-                 scenarios_file: str | os.PathLike | None = None, hide=()):
+                 scenarios_file: str | os.PathLike | None = None, hide=(), share=()):
         """submission: a paged_kv.py (or a folder holding one). job: index of a parallel grading job,
         so concurrent sandboxes use distinct uids and folders. scenarios_file replaces
         tests/scenarios.py (tests); hide: more paths the submission must not see (results; for a
-        file, its folder is hidden)."""
+        file, its folder is hidden); share: folders the worker sees, at their own paths, in its new
+        root (for tests that watch a submission's side effects; nothing else outside exists)."""
         root = os.geteuid() == 0
         self.isolate = root if isolate is None else bool(isolate)
         if self.isolate and not root:
@@ -92,9 +95,10 @@ class Sandbox:
             raise ValueError("job must be a non-negative int")
         self._files = _read_files(submission, scenarios_file)
         self._hide = tuple(os.fspath(p) for p in hide)
+        self._share = tuple(os.fspath(p) for p in share)
         self._lock = threading.Lock()
         self._closed = False
-        self._tools = {t: _tool(t) for t in ("setpriv", "prlimit") + (("unshare", "mount") if self.isolate else ())}
+        self._tools = {t: _tool(t) for t in ("setpriv", "prlimit") + (("unshare", "mount", "chroot") if self.isolate else ())}
         if self.isolate:
             self.uid, lock_fd = runtime.claim_uid(job)
             self._finalizer = weakref.finalize(self, _release, lock_fd, None)
@@ -146,6 +150,8 @@ class Sandbox:
         hidden, fresh = self._masks()
         return [*common, f"unprivileged uid {self.uid} (no groups, no capabilities, no_new_privs)",
                 "pid namespace (whole tree killed)", "no network (network namespace)", "IPC namespace",
+                "a new root: only " + ", ".join(d for d in SYSTEM if os.path.isdir(d) and not os.path.islink(d))
+                + ", the runtime and the call's folder exist (chroot)",
                 "project and results hidden (mount namespace): " + ", ".join(hidden),
                 "fresh tmpfs for the cwd and " + ", ".join(fresh) + " (nothing persists)"]
 
@@ -247,11 +253,43 @@ class Sandbox:
         lines += [f"{mount} -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0755 cs349e-hidden {q(p)}" for p in hidden]
         lines += [f"{mount} -t tmpfs -o nosuid,nodev,size=16m,mode=1777 cs349e-tmp {q(p)}" for p in fresh]
         lines += [f"{mount} -t tmpfs -o nosuid,nodev,size=64m,mode=0700,uid={self.uid},gid={self.uid} "
-                  f"cs349e-work {work}", f"cd {work}", "unset PWD OLDPWD", 'exec "$@"']
+                  f"cs349e-work {work}"]
+        lines += self._new_root(call_dir, fresh)
+        lines += ["cd /", "unset PWD OLDPWD",
+                  f"exec {self._tools['chroot']} {NEW_ROOT} /bin/sh -c 'cd \"$0\" && unset PWD OLDPWD && exec \"$@\"' {work} \"$@\""]
         namespaces = [self._tools["unshare"], "--pid", "--net", "--mount", "--ipc", "--fork",
                       "--kill-child", "--mount-proc", "--"]
         return [*outer, *namespaces, "/bin/sh", "-c", "\n".join(lines), "sh",
                 *runtime.drop_privileges_argv(self.uid)]
+
+    def _new_root(self, call_dir, fresh):
+        """Deny by default: the worker's root holds only the system folders, /proc, /dev, fresh tmpfs
+        and, at their own paths, the runtime and this call's folder. Whatever else the machine holds
+        (other checkouts of the project, other jobs, staff files) does not exist for the submission."""
+        if "/tmp" not in fresh:
+            raise RuntimeError("the sandbox needs /tmp (its new root lives in the call's fresh /tmp)")
+        mount, q, r = self._tools["mount"], shlex.quote, NEW_ROOT
+        lines = [f"mkdir -m 0755 {r}", f"{mount} -t tmpfs -o nosuid,nodev,mode=0755,size=1m cs349e-root {r}"]
+        for d in SYSTEM:
+            if os.path.islink(d):
+                lines.append(f"ln -s {q(os.readlink(d))} {r}{d}")
+            elif os.path.isdir(d):
+                lines += [f"mkdir -p {r}{d}", f"{mount} --rbind {d} {r}{d}"]
+        lines += [f"mkdir {r}/proc", f"{mount} -t proc -o nosuid,nodev,noexec proc {r}/proc",
+                  f"mkdir {r}/dev", f"{mount} --rbind /dev {r}/dev"]
+        lines += [f"mkdir -p {r}{p} && {mount} -t tmpfs -o nosuid,nodev,size=16m,mode=1777 cs349e-tmp {r}{p}"
+                  for p in fresh]
+        python_home = os.path.dirname(os.path.dirname(self._runtime.python))
+        needed = [self._runtime.site, str(call_dir), *self._share]
+        if not any(_inside(os.path.realpath(python_home), os.path.realpath(d)) for d in SYSTEM if os.path.isdir(d)):
+            needed.append(python_home)                  # e.g. a venv in /opt (Gradescope's setup.sh)
+        system = [os.path.realpath(d) for d in SYSTEM if os.path.isdir(d)]
+        for p in needed:
+            lines += [f"mkdir -p {r}{q(p)}", f"{mount} --rbind {q(p)} {r}{q(p)}"]
+            for parent in Path(p).parents:          # the folders made on the way: pass through, never list
+                if str(parent) != "/" and not any(_inside(str(parent), d) for d in system):
+                    lines.append(f"chmod 0711 {r}{q(str(parent))}")
+        return lines
 
     def _masks(self):
         """(paths hidden behind an empty read-only tmpfs, world-writable paths given a fresh tmpfs),
