@@ -46,10 +46,23 @@ def first_difference(expected, got, tol):
             f"(max |difference| {err.max():.3g} > {tol:g}; {len(bad)} of {err.size} entries differ)")
 
 
-def describe_op(op):
-    """A scenario action as the call it stands for."""
-    name, *args = op if isinstance(op, list) else [op]
-    return f"{name}({', '.join(str(a) for a in args)})" if args else f"{name}()"
+def describe_action(op):
+    """A scenario action as the call it stands for, with chunk sizes but never token ids:
+    step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(3)."""
+    name, *args = op
+    if name == "step":
+        sizes = [len(c) for c in args[1]]
+        return f"step(seqs {list(args[0])}, chunks of {', '.join(map(str, sizes)) or 'no'} tokens)"
+    if name in ("fork", "free"):
+        return f"seq {args[0]}.{name}()"
+    if name == "reserve":
+        return f"seq {args[0]}.reserve({args[1]})"
+    if name == "new":
+        return "PagedSequence(pool)"
+    if name == "data":
+        return f"reading block {args[0]}'s K/V from storage"
+    name = {"copy": "copy_block"}.get(name, name)
+    return f"pool.{name}({', '.join(str(a) for a in args)})"
 
 
 def mismatch(what, expected, got):

@@ -37,21 +37,8 @@ def tokens(n, seed, vocab=tl.TINY.vocab):
 
 
 # ----------------------------------------------------------------------------------- describing
-def describe(op):
-    """An action as a short call: step(seqs [0, 1], chunks of 7 and 1 tokens)."""
-    name, *args = op
-    if name == "step":
-        sizes = [len(c) for c in args[1]]
-        return f"step(seqs {list(args[0])}, chunks of {', '.join(map(str, sizes)) or 'no'} tokens)"
-    if name in ("fork", "free"):
-        return f"seq {args[0]}.{name}()"
-    if name == "reserve":
-        return f"seq {args[0]}.reserve({args[1]})"
-    return explain.describe_op([{"copy": "copy_block", "data": "read block data"}.get(name, name), *args])
-
-
 def where(records, i):
-    return f"after action {i + 1} of {len(records)}, {describe(records[i]['op'])}"
+    return f"after action {i + 1} of {len(records)}, {explain.describe_action(records[i]['op'])}"
 
 
 def picture(rec, block_size, title="got"):

@@ -1,28 +1,9 @@
 """Judges that explain a difference in the terms of the assignment: which action of a script, what
 state, with the block tables drawn. They print the script's shape (operations, sequence indices,
 chunk sizes, block ids) but never the hidden token ids, prompts or seeds."""
-from explain import draw_tables
+from explain import describe_action, draw_tables
 
 from grader.hidden.compare import ATTENTION_TOL, first_mismatch
-
-
-def describe_action(op):
-    """An action of a scenario script, without its token ids."""
-    name, *args = op
-    if name == "step":
-        idx, chunks = args[0], args[1]
-        return f"paged_step on sequences {idx} with chunk sizes {[len(c) for c in chunks]}"
-    if name in ("fork", "free"):
-        return f"seq {args[0]}.{name}()"
-    if name == "reserve":
-        return f"seq {args[0]}.reserve({args[1]})"
-    if name == "new":
-        return "PagedSequence(pool)"
-    if name == "copy":
-        return f"pool.copy_block({args[0]})"
-    if name == "data":
-        return f"reading block {args[0]}'s K/V from storage"
-    return f"pool.{name}({', '.join(str(a) for a in args)})"
 
 
 def script_judge(case, expected, got):
