@@ -31,7 +31,7 @@ _RUBRIC = [
         ("prefill", 4, "prefill logits equal the contiguous forward"),
         ("chunked_prefill", 3, "a prompt fed in chunks equals one-shot prefill"),
         ("decode_batches", 4, "decode steps and mixed prefill/decode batches"),
-        ("tables", 4, "block tables and lengths, also on a fragmented pool"),
+        ("tables", 4, "block tables, lengths, write and read, also on a fragmented pool"),
         ("configs", 4, "other Configs and block sizes from 1 to 64"),
         ("all_or_nothing", 4, "a step that does not fit: MemoryError, nothing changed"),
         ("exact_count", 3, "a step that needs exactly the free blocks succeeds"),

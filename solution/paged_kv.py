@@ -184,17 +184,26 @@ def paged_step(params, cfg, seqs, chunks):
             raise MemoryError(f"this step needs {n} blocks, the pool has {pool.n_free} free")
     for seq, chunk in zip(seqs, chunks):
         seq.reserve(len(chunk))
-    out = []
-    for seq, chunk in zip(seqs, chunks):
-        start, T = seq.length, len(chunk)
-        x = embed(params, cfg, chunk, start)
+    groups = {}          # sequences of one pool at the same position with equal chunks run as one batch
+    for i, (seq, chunk) in enumerate(zip(seqs, chunks)):
+        groups.setdefault((id(seq.pool), seq.length, len(chunk)), []).append(i)
+    out = [None] * len(seqs)
+    for (_, start, T), idx in groups.items():
+        pool = seqs[idx[0]].pool
+        tables = np.array([seqs[i].blocks for i in idx])             # [G, blocks]: all the same length
+        pos = np.arange(start + T)
+        blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size   # [G, start+T], [start+T]
+        x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start)          # [G, T, d_model]
         for layer in range(cfg.n_layers):
             q, k, v = qkv(params, cfg, layer, x)
-            seq.write(layer, start, k, v)
-            K, V = seq.read(layer, start + T)
+            pool.k[layer, blocks[:, start:], slots[start:]] = k                     # write through the tables
+            pool.v[layer, blocks[:, start:], slots[start:]] = v
+            K, V = pool.k[layer, blocks, slots], pool.v[layer, blocks, slots]       # read them back, gathered
             x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))
-        seq.length = start + T
-        out.append(unembed(params, cfg, x))
+        logits = unembed(params, cfg, x)
+        for g, i in enumerate(idx):
+            seqs[i].length = start + T
+            out[i] = logits[g]
     return out
 
 

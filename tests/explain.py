@@ -57,6 +57,10 @@ def describe_action(op):
         return f"seq {args[0]}.{name}()"
     if name == "reserve":
         return f"seq {args[0]}.reserve({args[1]})"
+    if name == "write":
+        return f"seq {args[0]}.write(layer {args[1]}, start {args[2]}, {args[3]} positions)"
+    if name == "read":
+        return f"seq {args[0]}.read(layer {args[1]}, length {args[2]})"
     if name == "new":
         return "PagedSequence(pool)"
     if name == "data":

@@ -139,7 +139,8 @@ def sequence_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actio
     """Run sequences through a pool; after each action, its result (or error) and the full state.
 
     actions: ["new"], ["step", [seq indices], [chunks], as_numpy?], ["fork", i], ["free", i],
-    ["reserve", i, n], and pool operations ["alloc"], ["incref", b], ["decref", b] to shape the pool.
+    ["reserve", i, n], ["write", i, layer, start, n, seed] (random K/V), ["read", i, layer, length],
+    and pool operations ["alloc"], ["incref", b], ["decref", b] to shape the pool.
     A step's result is its list of logits arrays; "new"/"fork" return the new sequence's index.
     """
     cfg = config(cfg)
@@ -155,13 +156,22 @@ def sequence_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actio
         seqs.append(seqs[i].fork())
         return len(seqs) - 1
 
+    def write(i, layer, start, n, seed):
+        k, v = np.random.default_rng(seed).standard_normal((2, n, cfg.n_heads, cfg.d_head))
+        seqs[i].write(layer, start, k, v)
+
+    def read(i, layer, length):
+        k, v = seqs[i].read(layer, length)
+        return {"k": as_array(k), "v": as_array(v)}
+
     def step(idx, chunks, as_numpy=False):
         chunks = [np.array(c, dtype=np.int64) for c in chunks] if as_numpy else [list(c) for c in chunks]
         outs = pk.paged_step(prm, cfg, [seqs[i] for i in idx], chunks)
         return [as_array(o) for o in outs]
 
     calls = {"new": new, "fork": fork, "step": step, "free": lambda i: seqs[i].free(),
-             "reserve": lambda i, n: seqs[i].reserve(n), "alloc": lambda: as_int(pool.alloc()),
+             "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+             "alloc": lambda: as_int(pool.alloc()),
              "incref": pool.incref, "decref": pool.decref}
     records = []
     for op, *args in actions:

@@ -1,7 +1,7 @@
 """Part 2, paged KV and the paged step, on hidden inputs: logits, tables, lengths and pool state after
 every action must match the reference's (logits to 1e-10, the rest exactly)."""
 from grader.hidden.inputs import (ODD_BLOCK_SIZES, decodes, fits_exactly, fragment, pick, prefill_all,
-                                  random_config, script, tokens)
+                                  random_config, replay, script, tokens)
 from grader.hidden.judges import script_judge
 
 
@@ -48,6 +48,12 @@ def plan_tables(rng):
         actions += prefill_all(rng, [int(x) for x in rng.integers(1, 12, 3)]) + decodes(rng, 3, 8)
         actions += [["free", 1], ["new"], ["step", [3], [tokens(rng, int(rng.integers(6, 15)))]]]
         actions += decodes(rng, 4, 6)
+        lengths = replay(None, n, B, actions)[-1]["lengths"]
+        actions += [["read", i, layer, lengths[i]] for i in (0, 2, 3) for layer in (0, 1)]
+        grow = int(rng.integers(1, 2 * B + 1))              # write and read past the length, within capacity
+        actions += [["reserve", 2, grow]] + [["write", 2, layer, lengths[2], grow, int(rng.integers(1 << 30))]
+                                             for layer in (0, 1)]
+        actions += [["read", 2, layer, lengths[2] + grow] for layer in (0, 1)]
         cases.append(script(f"fragmented pool, block size {B}", actions, n_blocks=n, block_size=B))
     return cases
 

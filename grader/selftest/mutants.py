@@ -191,17 +191,18 @@ MUTANTS = [
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10).",
-      (("[pos // self.pool.block_size], pos % self.pool.block_size",
-        "[pos % self.pool.block_size], pos // self.pool.block_size"),), "p_equiv"),
+      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size",
+        "blocks, slots = tables[:, pos % pool.block_size], pos // pool.block_size"),), "p_equiv"),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
       "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4.",
-      (("np.asarray(self.blocks, dtype=np.int64)[pos // self.pool.block_size]", "pos // self.pool.block_size"),),
-      "p_equiv"),
+      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size",
+        "blocks, slots = np.tile(pos // pool.block_size, (len(idx), 1)), pos % pool.block_size"),), "p_equiv"),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
-      (("x = embed(params, cfg, chunk, start)", "x = embed(params, cfg, chunk, start + 1)"),), "p_equiv"),
+      (("x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start)",
+        "x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start + 1)"),), "p_equiv"),
     M("causal_start_zero", "paged_step",
       "attention_core is given start=0 whatever the position, so a decode token sees only key 0. Verified: "
       "prefill matches, the first decode differs from contiguous.",
@@ -221,11 +222,10 @@ MUTANTS = [
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size"),),
       "p_boundaries"),
     M("outputs_sorted_by_length", "paged_step",
-      "The compute loop processes the batch shortest-chunk-first (a 'batching' optimisation) and returns the "
-      "logits in that order. Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) "
-      "(contract: one per sequence, in list order).",
-      (("    out = []\n    for seq, chunk in zip(seqs, chunks):\n",
-        "    out = []\n    for seq, chunk in sorted(zip(seqs, chunks), key=lambda p: len(p[1])):\n"),), "p_batch_order"),
+      "The logits come back shortest-chunk-first (a 'batching' optimisation) instead of in list order. "
+      "Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) (contract: one per sequence, "
+      "in list order).",
+      (("    return out\n", "    return sorted(out, key=len)\n"),), "p_batch_order"),
     M("reserve_reverse_order", "paged_step",
       "Blocks are reserved for the batch in reverse list order, so tables differ from the lowest-first, "
       "list-order allocation. Verified: three new sequences prefilled with 7, 2, 5 tokens get tables "
@@ -284,17 +284,15 @@ MUTANTS = [
        ("    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n",
         "    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n"
         "    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n")), "p_validation"),
-    M("length_per_layer", "paged_step",
-      "length is advanced inside the layer loop (+= T per layer). Verified: lengths grow by T * n_layers, so "
-      "the next step over-counts its blocks (spurious MemoryError) or attends at wrong positions.",
-      (("        seq.length = start + T\n", ""),
-       ("x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))",
-        "x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))\n            seq.length += T")),
-      "p_equiv"),
+    M("length_assigned_not_added", "paged_step",
+      "After the step, length is set to the chunk's size instead of start + size (= where += was meant). "
+      "Verified: after a prefill of 7 and one decode, length is 1, so the next decode attends at position 1 "
+      "and the table no longer has ceil(length / B) blocks.",
+      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv"),
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works).",
-      (("[pos // self.pool.block_size], pos % self.pool.block_size", "[pos // 16], pos % 16"),), "p_equiv"),
+      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size", "blocks, slots = tables[:, pos // 16], pos % 16"),), "p_equiv"),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
@@ -305,9 +303,10 @@ MUTANTS = [
       (("self.k = np.zeros(shape)", "self.k = np.zeros(shape, dtype=np.float32)"),
        ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "p_equiv"),
     M("read_old_length", "paged_step",
-      "Attends over seq.length positions, i.e. without the chunk just written. Verified: a prefill crashes "
-      "(no keys) and decodes differ from contiguous.",
-      (("K, V = seq.read(layer, start + T)", "K, V = seq.read(layer, seq.length)"),), "p_equiv"),
+      "read gathers self.length positions, ignoring its length argument, so the chunk just written (beyond "
+      "self.length, within the capacity) is missing. Verified: after reserve(7) and write, read(1, 9) "
+      "returns 0 rows instead of 9.",
+      (("        b, s = self._slots(0, length)\n", "        b, s = self._slots(0, self.length)\n"),), "p_write_read"),
     M("reserve_partial", "paged_step",
       "reserve allocates block by block without checking first, so a failed reserve keeps the blocks it got. "
       "Verified: 1 free block, reserve(9) with B=4 -> MemoryError with one block added to the table "
