@@ -89,5 +89,5 @@ def main(argv):
     for row, seconds in rows:
         print(f"{row['submission']:<30} {str(row['score']):>7}  {seconds:6.1f}s  {row['status']}")
     print(f"\n{len(rows)} submissions in {time.perf_counter() - start:.1f}s with {jobs} jobs -> {args.csv}"
-          f" (results in {os.path.relpath(out_dir)})")
+          f" (results in {out_dir})")
     return 0
