@@ -89,6 +89,13 @@ class BlockPool:
 
 
 # ---------------------------------------------------------------- Part 2: paged KV and the step
+def _slots(table, block_size, start, stop):
+    """Where positions start..stop-1 live: (physical blocks, slots) through a block table, or through
+    the equally long tables of several sequences at once ([G, n] -> blocks [G, stop-start])."""
+    pos = np.arange(start, stop)
+    return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size
+
+
 class PagedSequence:
     def __init__(self, pool):
         self.pool = pool
@@ -116,17 +123,13 @@ class PagedSequence:
         for _ in range(self._new_blocks(n)):
             self.blocks.append(self.pool.alloc())
 
-    def _slots(self, start, T):
-        pos = np.arange(start, start + T)
-        return np.asarray(self.blocks, dtype=np.int64)[pos // self.pool.block_size], pos % self.pool.block_size
-
     def write(self, layer, start, k, v):
-        b, s = self._slots(start, len(k))
+        b, s = _slots(self.blocks, self.pool.block_size, start, start + len(k))
         self.pool.k[layer, b, s] = k
         self.pool.v[layer, b, s] = v
 
     def read(self, layer, length):
-        b, s = self._slots(0, length)
+        b, s = _slots(self.blocks, self.pool.block_size, 0, length)
         return self.pool.k[layer, b, s], self.pool.v[layer, b, s]
 
     def fork(self):
@@ -190,9 +193,7 @@ def paged_step(params, cfg, seqs, chunks):
     out = [None] * len(seqs)
     for (_, start, T), idx in groups.items():
         pool = seqs[idx[0]].pool
-        tables = np.array([seqs[i].blocks for i in idx])             # [G, blocks]: all the same length
-        pos = np.arange(start + T)
-        blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size   # [G, start+T], [start+T]
+        blocks, slots = _slots([seqs[i].blocks for i in idx], pool.block_size, 0, start + T)  # tables: one length
         x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start)          # [G, T, d_model]
         for layer in range(cfg.n_layers):
             q, k, v = qkv(params, cfg, layer, x)

@@ -191,13 +191,14 @@ MUTANTS = [
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10).",
-      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size",
-        "blocks, slots = tables[:, pos % pool.block_size], pos // pool.block_size"),), "p_equiv"),
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv"),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
       "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4.",
-      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size",
-        "blocks, slots = np.tile(pos // pool.block_size, (len(idx), 1)), pos % pool.block_size"),), "p_equiv"),
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
+        "return np.broadcast_to(pos // block_size, np.shape(table)[:-1] + pos.shape), pos % block_size"),),
+      "p_equiv"),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
@@ -292,7 +293,7 @@ MUTANTS = [
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works).",
-      (("blocks, slots = tables[:, pos // pool.block_size], pos % pool.block_size", "blocks, slots = tables[:, pos // 16], pos % 16"),), "p_equiv"),
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv"),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
@@ -306,7 +307,8 @@ MUTANTS = [
       "read gathers self.length positions, ignoring its length argument, so the chunk just written (beyond "
       "self.length, within the capacity) is missing. Verified: after reserve(7) and write, read(1, 9) "
       "returns 0 rows instead of 9.",
-      (("        b, s = self._slots(0, length)\n", "        b, s = self._slots(0, self.length)\n"),), "p_write_read"),
+      (("        b, s = _slots(self.blocks, self.pool.block_size, 0, length)\n",
+        "        b, s = _slots(self.blocks, self.pool.block_size, 0, self.length)\n"),), "p_write_read"),
     M("reserve_partial", "paged_step",
       "reserve allocates block by block without checking first, so a failed reserve keeps the blocks it got. "
       "Verified: 1 free block, reserve(9) with B=4 -> MemoryError with one block added to the table "
