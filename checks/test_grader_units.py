@@ -59,6 +59,8 @@ def test_strings_from_the_submission_are_never_echoed():
     assert leak not in first_mismatch(3, leak)[1] and "another string" in first_mismatch(3, leak)[1]
     assert leak not in first_mismatch({"kind": "ValueError", "message": "m"}, {"kind": leak, "message": ""})[1]
     assert "'float32'" in first_mismatch("float64", "float32")[1]
+    assert leak not in first_mismatch([1, 0, 2], [1, leak, 2])[1]                  # not inside a list either
+    assert "expected [0, 2], got [0, 2, 4]" in first_mismatch([0, 2], [0, 2, 4])[1]
 
 
 def _rows(passed_per_check):

@@ -42,16 +42,14 @@ def first_mismatch(expected, got, tol=LOGITS_TOL, path="answer"):
     if isinstance(expected, list):
         if not isinstance(got, list):
             return path, f"expected a list, got {_name(got)}"
+        flat = all(isinstance(x, (int, str)) for x in expected + got)   # tables, refcounts: show them whole
+        whole = (path, f"expected {expected}, got [{', '.join(_show(x) for x in got)}]")
         if len(got) != len(expected):
-            if all(isinstance(x, (int, str)) for x in expected + got):
-                return path, f"expected {expected}, got {got}"
-            return path, f"expected {len(expected)} items, got {len(got)}"
+            return whole if flat else (path, f"expected {len(expected)} items, got {len(got)}")
         for i, (e, g) in enumerate(zip(expected, got)):
             found = first_mismatch(e, g, tol, f"{path}[{i}]")
             if found:
-                if all(isinstance(x, (int, str)) for x in expected + got):   # show short lists whole
-                    return path, f"expected {expected}, got {got}"
-                return found
+                return whole if flat else found
         return None
     if expected is None:
         if got is None:
