@@ -7,7 +7,8 @@ from collections import namedtuple
 
 Check = namedtuple("Check", "id part points title section")
 
-PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write")
+PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write")   # the 100 points
+BONUS = True          # the course's switch for the bonus parts: False grades exactly Parts 1-4
 
 SECTIONS = {
     "allocator": "Part 1: the block allocator",
@@ -54,9 +55,15 @@ _RUBRIC = [
     ]),
 ]
 
+# Extra credit above TOTAL, graded like the rest; empty until a bonus part has hidden checks.
+_BONUS_RUBRIC = []
+
+BONUS_PARTS = tuple(part for part, _ in _BONUS_RUBRIC) if BONUS else ()
+ALL_PARTS = PARTS + BONUS_PARTS
 CHECKS = {f"{part}.{cid}": Check(f"{part}.{cid}", part, pts, title, SECTIONS[part])
-          for part, checks in _RUBRIC for cid, pts, title in checks}
-TOTAL = sum(c.points for c in CHECKS.values())
+          for part, checks in _RUBRIC + (_BONUS_RUBRIC if BONUS else []) for cid, pts, title in checks}
+TOTAL = sum(c.points for c in CHECKS.values() if c.part in PARTS)
+BONUS_TOTAL = sum(c.points for c in CHECKS.values() if c.part in BONUS_PARTS)
 assert TOTAL == 100, TOTAL
 
 
