@@ -112,3 +112,6 @@ def pytest_terminal_summary(terminalreporter):
                 tr.write_line(f"  FAILED {r.nodeid.split('::', 1)[-1]}: {line}")
         for line, n in unfinished.items():
             tr.write_line(f"  {line} ({n} test{'s' * (n != 1)})")
+    import support
+    for note, n in support.NOTES.items():
+        tr.write_line(f"Note: {n} comparison{'s' * (n != 1)} of Part 4 skipped: {note}.")

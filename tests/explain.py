@@ -50,9 +50,28 @@ def describe_action(op):
     """A scenario action as the call it stands for, with chunk sizes but never token ids:
     step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(3)."""
     name, *args = op
-    if name == "step":
+    if name in ("step", "fit", "miss"):
         sizes = [len(c) for c in args[1]]
-        return f"step(seqs {list(args[0])}, chunks of {', '.join(map(str, sizes)) or 'no'} tokens)"
+        call = f"step(seqs {list(args[0])}, chunks of {', '.join(map(str, sizes)) or 'no'} tokens)"
+        if name == "step":
+            return call
+        return (f"{call}, the test having taken blocks until it needs "
+                + ("exactly the free ones" if name == "fit" else "one block more than is free"))
+    if name == "grow":
+        return (f"seq {args[0]}.reserve({args[1]}), then the test stores K/V for the {args[1]} new positions "
+                f"and sets length += {args[1]}")
+    if name == "share":
+        return f"the test takes one more reference to seq {args[0]}'s last block (pool.incref)"
+    if name == "mirror":
+        return f"the test makes a new sequence sharing seq {args[0]}'s blocks (as fork would)"
+    if name == "poke":
+        return f"the test overwrites position {args[1]} of seq {args[0]} in pool storage"
+    if name == "fill":
+        return "the test fills every block's storage with random K/V (a used pool)"
+    if name == "release":
+        return f"pool.decref of the test's block #{args[0]}"
+    if name == "alloc" and not args:
+        return "pool.alloc() (the test holds the block)"
     if name in ("fork", "free"):
         return f"seq {args[0]}.{name}()"
     if name == "reserve":

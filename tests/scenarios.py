@@ -20,8 +20,8 @@ _PARAMS = {}
 
 # ------------------------------------------------------------------------------------- helpers
 def config(cfg=None):
-    """A Config from a dict of its fields (None: TINY)."""
-    return tl.TINY if cfg is None else tl.Config(**cfg)
+    """A Config from a dict of its fields (None: TINY; a Config stays as it is)."""
+    return tl.TINY if cfg is None else cfg if isinstance(cfg, tl.Config) else tl.Config(**cfg)
 
 
 def params(cfg, seed):
@@ -31,18 +31,25 @@ def params(cfg, seed):
     return _PARAMS[key]
 
 
+class _Unfinished(Exception):
+    """A stub reached inside a step that needs another part's code (a copy needs copy_block): recorded
+    as the error "NotImplementedError" for this action instead of ending the whole scenario."""
+
+
 def error_kind(e):
     """The contract's name for an error: subclasses count as their standard base."""
+    if isinstance(e, _Unfinished):
+        return "NotImplementedError"
     for base in (MemoryError, ValueError, IndexError, KeyError, TypeError, AttributeError):
         if isinstance(e, base):
             return base.__name__
     return "Exception"
 
 
-def attempt(fn, *args):
+def attempt(fn, *args, **kwargs):
     """(result, error): the error as {"kind", "message"} instead of raised, except NotImplementedError."""
     try:
-        return fn(*args), None
+        return fn(*args, **kwargs), None
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001  (any bug of the implementation is data here)
@@ -80,15 +87,6 @@ def pool_state(pool):
 
 def seq_state(seqs):
     return {"tables": [[as_int(b) for b in s.blocks] for s in seqs], "lengths": [as_int(s.length) for s in seqs]}
-
-
-def gathered_kv(seq):
-    """K and V of every written position, read straight from pool storage through the block table
-    (the contract's layout), so a wrong copy or a write into a shared block shows up in the data."""
-    pool, B = seq.pool, seq.pool.block_size
-    pos = np.arange(seq.length)
-    blocks = np.array([int(b) for b in seq.blocks], dtype=np.int64)[pos // B] if seq.length else np.zeros(0, int)
-    return as_array(np.asarray(pool.k)[:, blocks, pos % B]), as_array(np.asarray(pool.v)[:, blocks, pos % B])
 
 
 def fill_storage(pool, seed):
@@ -135,25 +133,114 @@ def pool_script(pk, cfg=None, n_blocks=8, block_size=4, ops=(), fill_seed=None):
 
 
 # ------------------------------------------------------------------------- Part 2 and 4 scenarios
-def sequence_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False):
-    """Run sequences through a pool; after each action, its result (or error) and the full state.
+def gathered_kv(seq):
+    """K and V of every written position, read straight from pool storage through the block table
+    (the contract's layout), so a wrong copy or a write into a shared block shows up in the data.
+    {"k", "v"} arrays [n_layers, length, H, Dh], or {"short": [length, blocks, block size]} when the
+    table holds too few blocks for the length (then there is nothing to read)."""
+    pool, B = seq.pool, seq.pool.block_size
+    length, table = as_int(seq.length), [as_int(b) for b in seq.blocks]
+    if not isinstance(length, int) or not all(isinstance(b, int) for b in table):
+        return {"short": [-1, len(table), B]}
+    if len(table) < -(-length // B) or any(not 0 <= b < np.shape(pool.k)[1] for b in table[:-(-length // B)]):
+        return {"short": [length, len(table), B]}
+    pos = np.arange(length)
+    blocks = np.array(table, dtype=np.int64)[pos // B] if length else np.zeros(0, np.int64)
+    return {"k": as_array(np.asarray(pool.k)[:, blocks, pos % B]), "v": as_array(np.asarray(pool.v)[:, blocks, pos % B])}
 
-    actions: ["new"], ["step", [seq indices], [chunks], as_numpy?], ["fork", i], ["free", i],
-    ["reserve", i, n], ["write", i, layer, start, n, seed] (random K/V), ["read", i, layer, length],
-    and pool operations ["alloc"], ["incref", b], ["decref", b] to shape the pool.
-    A step's result is its list of logits arrays; "new"/"fork" return the new sequence's index.
+
+def put_kv(pool, table, start, n, seed):
+    """What a step stores, put there by the test: random K and V for positions start..start+n-1 in
+    every layer, at pool.k[layer, table[p // B], p % B]. False when the table is too short."""
+    B = pool.block_size
+    if len(table) * B < start + n:
+        return False
+    cfg = pool.cfg
+    k, v = np.random.default_rng(seed).standard_normal((2, cfg.n_layers, n, cfg.n_heads, cfg.d_head))
+    pos = np.arange(start, start + n)
+    blocks = np.array([int(b) for b in table], dtype=np.int64)[pos // B]
+    pool.k[:, blocks, pos % B] = k
+    pool.v[:, blocks, pos % B] = v
+    return True
+
+
+def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=()):
+    """The ids a fresh pool of this implementation hands out, in order until it is full, after the
+    test's own pool actions `setup`: Part 2 names a block by its place in this order, so which id the
+    allocator picks (Part 1's business) cannot change Part 2's verdict."""
+    pool = pk.BlockPool(config(cfg), n_blocks, block_size)
+    held = []
+    for op, *args in setup:
+        _pool_action(pool, held, op, args)
+    order = []
+    for _ in range(n_blocks):
+        b, error = attempt(pool.alloc)
+        if error is not None or not isinstance(as_int(b), int) or as_int(b) in order:
+            break
+        order.append(as_int(b))
+    return order
+
+
+def _pool_action(pool, held, op, args):
+    """The test's own pool actions, by handle (the index of the test's alloc), never by raw id."""
+    if op == "alloc":
+        held.append(pool.alloc())
+        return len(held) - 1
+    if op == "release":
+        return pool.decref(held[args[0]])
+    if op == "fill":
+        return fill_storage(pool, args[0])
+    raise ValueError(f"not a pool action: {op}")
+
+
+def copy_probe(pk, cfg=None):
+    """What pool.copy_block does on a pool of random K/V of its own: the source's refcount change, the
+    copy's refcount, and whether the copy holds the source's K and V in every layer. A failing
+    copy-on-write check says so when it is not what the contract says (copy-on-write relies on it)."""
+    cfg = config(cfg)
+    pool = pk.BlockPool(cfg, 4, 3)
+    fill_storage(pool, 11)
+
+    def run():
+        src = pool.alloc()
+        before = as_int(pool.refcount(src))
+        new = pool.copy_block(src)
+        same = all(np.array_equal(np.asarray(a)[:, as_int(new)], np.asarray(a)[:, as_int(src)]) for a in (pool.k, pool.v))
+        return {"source_delta": as_int(pool.refcount(src)) - before, "copy_refcount": as_int(pool.refcount(new)),
+                "copies_data": bool(same)}
+    result, error = attempt(run)
+    return result if error is None else {"error": error["kind"]}
+
+
+def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False):
+    """Part 2's scripts: sequences advanced by paged_step, reserve, write and read, on a pool the test
+    shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
+    test's setup (its pool actions before the first sequence action), "records": one per action}.
+
+    actions: ["new"], ["step", idx, chunks, as_numpy?], ["reserve", i, n], ["write", i, layer, start, n, seed],
+    ["read", i, layer, length], ["poke", i, pos, seed] (the test overwrites position pos of seq i in
+    storage: later logits must read it), ["alloc"] (the test takes a block; result: its handle),
+    ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
+    block, as a used pool's storage holds; setup only), ["share", i] (the test takes one
+    more reference to seq i's last block, so writing into it must copy it), ["mirror", i] (a new
+    sequence sharing seq i's blocks: the test sets its blocks and length and increfs each block, as a
+    fork would), ["fit", idx, chunks] /
+    ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
+    more, counted by the contract's rule on the state observed now, then runs the step).
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
+    setup = []
+    for action in actions:
+        if action[0] not in ("alloc", "release", "fill"):
+            break
+        setup.append(action)
+    order = alloc_order(pk, cfg, n_blocks, block_size, setup)
     pool = pk.BlockPool(cfg, n_blocks, block_size)
-    seqs = []
+    seqs, held = [], []
 
     def new():
         seqs.append(pk.PagedSequence(pool))
-        return len(seqs) - 1
-
-    def fork(i):
-        seqs.append(seqs[i].fork())
         return len(seqs) - 1
 
     def write(i, layer, start, n, seed):
@@ -164,23 +251,138 @@ def sequence_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actio
         k, v = seqs[i].read(layer, length)
         return {"k": as_array(k), "v": as_array(v)}
 
-    def step(idx, chunks, as_numpy=False):
+    def step(idx, chunks, as_numpy=False, allow_unfinished=False):
         chunks = [np.array(c, dtype=np.int64) for c in chunks] if as_numpy else [list(c) for c in chunks]
-        outs = pk.paged_step(prm, cfg, [seqs[i] for i in idx], chunks)
-        return [as_array(o) for o in outs]
+        try:
+            return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], chunks)]
+        except NotImplementedError:
+            if not allow_unfinished:
+                raise
+            raise _Unfinished() from None
 
-    calls = {"new": new, "fork": fork, "step": step, "free": lambda i: seqs[i].free(),
-             "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
-             "alloc": lambda: as_int(pool.alloc()),
-             "incref": pool.incref, "decref": pool.decref}
+    def mirror(i):
+        """What fork does, done by the test through the contract's attributes (blocks, length) and
+        pool.incref, so that Part 2's step is tested on shared blocks without Part 4's fork."""
+        j = new()
+        for b in seqs[i].blocks:
+            pool.incref(b)
+        seqs[j].blocks, seqs[j].length = list(seqs[i].blocks), seqs[i].length
+        return j
+
+    def poke(i, pos, seed):
+        if not put_kv(pool, [as_int(b) for b in seqs[i].blocks], pos, 1, seed):
+            raise IndexError("the table has no block for this position")
+
+    def fitted(extra):
+        def run(idx, chunks):
+            need = step_need(pool, [seqs[i] for i in idx], [len(c) for c in chunks])
+            for _ in range(as_int(pool.n_free) - need + extra):
+                held.append(pool.alloc())
+            padded.update(seq_state(seqs), **pool_state(pool))      # what the step itself must not change
+            return step(idx, chunks, allow_unfinished=True)
+        return run
+
+    calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+             "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
+             "fit": fitted(0), "miss": fitted(1),
+             "alloc": lambda: _pool_action(pool, held, "alloc", ()),
+             "release": lambda h: _pool_action(pool, held, "release", (h,)),
+             "fill": lambda seed: _pool_action(pool, held, "fill", (seed,))}
     records = []
     for op, *args in actions:
+        padded = {}
         result, error = attempt(calls[op], *args)
         rec = {"op": [op, *args], "result": result, "error": error, **seq_state(seqs), **pool_state(pool)}
+        if padded:
+            rec["before"] = padded
         if record_kv:
-            rec["kv"] = [dict(zip("kv", gathered_kv(s))) for s in seqs]
+            rec["kv"] = [gathered_kv(s) for s in seqs]
         records.append(rec)
-    return records
+    return {"order": order, "records": records}
+
+
+def step_need(pool, seqs, sizes):
+    """The blocks a step needs by the contract's count, on the state observed now: new blocks, plus
+    for each shared, partly filled last block that w of the step's sequences write, min(w, refcount - 1)
+    copies (the last holder to write needs none)."""
+    B, need, writers = pool.block_size, 0, {}
+    for seq, n in zip(seqs, sizes):
+        need += max(0, -(-(as_int(seq.length) + n) // B) - len(seq.blocks))
+        if as_int(seq.length) % B:
+            last = as_int(seq.blocks[-1])
+            writers[last] = writers.get(last, 0) + 1
+    return need + sum(min(w, as_int(pool.refcount(b)) - 1) for b, w in writers.items())
+
+
+def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=(), twin=False):
+    """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
+    storage through its table after each action. Returns {"records", "copy_probe", "twin"}.
+
+    actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), then the
+    test stores random K/V for the n new positions through the table and sets length += n: a step's
+    storage without paged_step, so these scripts judge sharing on data the test itself put there),
+    ["step", idx, chunks] (paged_step).
+    With twin=True (scripts of new, fork, free and step), the same script once more on a pool of its
+    own where every fork is a new sequence that prefills its parent's tokens: {"results", "kv"} after
+    each action. Sharing must change no result.
+    """
+    cfg = config(cfg)
+    prm = params(cfg, param_seed)
+    assert not (twin and any(a[0] in ("grow", "reserve") for a in actions)), "a twin replays steps only"
+
+    def run(pool, shared):
+        seqs, history, records = [], [], []
+
+        def new():
+            seqs.append(pk.PagedSequence(pool))
+            history.append([])
+            return len(seqs) - 1
+
+        def fork(i):
+            if shared:
+                seqs.append(seqs[i].fork())
+                history.append(list(history[i]))
+                return len(seqs) - 1
+            j = new()                                  # unshared: a new sequence prefills the parent's tokens
+            if history[i]:
+                pk.paged_step(prm, cfg, [seqs[j]], [list(history[i])])
+                history[j] = list(history[i])
+            return j
+
+        def free(i):
+            seqs[i].free()
+            history[i] = []
+
+        def grow(i, n, seed):
+            seq = seqs[i]
+            seq.reserve(n)
+            start = as_int(seq.length)
+            if not put_kv(pool, [as_int(b) for b in seq.blocks], start, n, seed):
+                raise IndexError("after reserve, the table has too few blocks for the new positions")
+            seq.length = start + n
+
+        def step(idx, chunks):
+            outs = pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])
+            for i, c in zip(idx, chunks):
+                history[i] += list(c)
+            return [as_array(o) for o in outs]
+
+        calls = {"new": new, "fork": fork, "free": free, "grow": grow, "step": step,
+                 "reserve": lambda i, n: seqs[i].reserve(n)}
+        for op, *args in actions:
+            result, error = attempt(calls[op], *args)
+            rec = {"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs]}
+            if shared:
+                rec.update(seq_state(seqs))
+                rec["refcounts"] = [observe(pool.refcount, b) for b in range(pool.n_blocks)]
+            records.append(rec)
+        return records
+
+    out = {"records": run(pk.BlockPool(cfg, n_blocks, block_size), True), "copy_probe": copy_probe(pk, cfg)}
+    if twin:
+        out["twin"] = [{"result": r["result"], "error": r["error"], "kv": r["kv"]}
+                       for r in run(pk.BlockPool(cfg, 4 * n_blocks, block_size), False)]
+    return out
 
 
 # ------------------------------------------------------------------------------ Part 3 scenario
@@ -213,42 +415,53 @@ def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
 
 
 # ---------------------------------------------------------------------------- Part 4: the drivers
-def _drive(pk, fn, **kw):
+def _drive(pk, fn, pool, **kw):
+    """Run a lab driver on this implementation, watching the pool after every step: each live
+    sequence's table and length, and how many blocks are in use by their refcounts."""
     import decoding  # the lab's drivers use `paged_kv` from sys.modules: make it this implementation
-    saved = sys.modules.get("paged_kv")
-    sys.modules["paged_kv"] = pk
+    saved, record = sys.modules.get("paged_kv"), decoding._record
+    steps = []
+
+    def watch(stats, pool_, seqs):
+        record(stats, pool_, seqs)
+        steps.append({"tables": [[as_int(b) for b in s.blocks] for s in seqs],
+                      "lengths": [as_int(s.length) for s in seqs], "in_use": in_use(pool_)})
+    sys.modules["paged_kv"], decoding._record = pk, watch
     try:
-        return getattr(decoding, fn)(**kw)
+        result, error = attempt(getattr(decoding, fn), pool=pool, **kw)
     finally:
+        decoding._record = record
         if saved is not None:
             sys.modules["paged_kv"] = saved
+    out, stats = result if error is None else ([], {"blocks_used": []})
+    return out, stats, {"steps": steps, "in_use_after": in_use(pool), "error": error}
 
 
-def _pool_summary(pool):
-    return {"n_copies": as_int(pool.n_copies), "peak_used": as_int(pool.peak_used), "n_used_after": as_int(pool.n_used)}
+def in_use(pool):
+    """Blocks whose refcount is above 0 (what n_used should say; Part 4 does not rely on n_used).
+    An answer that is not an integer counts as in use, but a ValueError counts as free."""
+    return sum(1 for b in range(pool.n_blocks) if observe(pool.refcount, b) not in (0, "error: ValueError"))
 
 
 def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=1.0, seed=0,
              n_blocks=64, block_size=16):
-    """parallel_sample on a fresh pool: samples, per-step block counts, copies, peak, leftovers."""
+    """parallel_sample on a fresh pool: the samples and the pool watched after every step."""
     cfg = config(cfg)
     pool = pk.BlockPool(cfg, n_blocks, block_size)
-    samples, stats = _drive(pk, "parallel_sample", params=params(cfg, param_seed), cfg=cfg,
-                            prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
-                            temperature=temperature, seed=seed, pool=pool)
-    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]],
-            "blocks_unshared": stats["blocks_unshared"], **_pool_summary(pool)}
+    samples, stats, watched = _drive(pk, "parallel_sample", pool, params=params(cfg, param_seed), cfg=cfg,
+                                     prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
+                                     temperature=temperature, seed=seed)
+    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
 
 
 def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16):
-    """beam_search on a fresh pool: beams (score, tokens), per-step block counts, copies, peak."""
+    """beam_search on a fresh pool: the beams (score, tokens) and the pool watched after every step."""
     cfg = config(cfg)
     pool = pk.BlockPool(cfg, n_blocks, block_size)
-    out, stats = _drive(pk, "beam_search", params=params(cfg, param_seed), cfg=cfg,
-                        prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps, pool=pool)
+    out, stats, watched = _drive(pk, "beam_search", pool, params=params(cfg, param_seed), cfg=cfg,
+                                 prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
     return {"scores": [float(s) for s, _ in out], "tokens": [list(t) for _, t in out],
-            "blocks_used": [as_int(u) for u in stats["blocks_used"]], "blocks_unshared": stats["blocks_unshared"],
-            **_pool_summary(pool)}
+            "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
 
 
 def batch(pk, calls=()):
@@ -256,4 +469,5 @@ def batch(pk, calls=()):
     return [SCENARIOS[name](pk, **inputs) for name, inputs in calls]
 
 
-SCENARIOS = {f.__name__: f for f in (pool_layout, pool_script, sequence_script, blockwise, sampling, beams, batch)}
+SCENARIOS = {f.__name__: f for f in (pool_layout, pool_script, step_script, sharing_script, blockwise, sampling,
+                                       beams, batch)}

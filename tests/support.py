@@ -4,7 +4,10 @@ expected vs got, and draw the block tables.
 
 Nothing here knows how to implement paged_kv: expected values come from the lab's contiguous
 `forward` with a KVCache, from hand-worked examples in the tests, or from rules the contract
-states about what one operation does to the state you can observe.
+states about what one operation does to the state you can observe (rules.py, which the grader
+uses too). Each part's tests look only at what that part owns, so a bug in one part fails the
+tests of that part, not the others'; a comparison that needs another part working is skipped,
+with a note at the end of the run, while that part does not work yet.
 """
 import copy
 import math
@@ -13,6 +16,7 @@ import numpy as np
 import pytest
 
 import explain
+import rules
 import scenarios as sc
 import transformer_lab as tl
 
@@ -68,11 +72,12 @@ def raised(records, i, kind, why, section=None, block_size=None):
 
 
 def unchanged(records, i, what, section=None, block_size=None):
-    """Everything observable after action i equals what it was before it."""
-    before, after = records[i - 1], records[i]
+    """Everything observable after action i equals what it was before it (for a fitted step, what it
+    was once the test had taken its blocks)."""
+    before, after = records[i].get("before", records[i - 1]), records[i]
     diffs = [k for k in STATE if k in before and before[k] != after[k]]
     if diffs:
-        lines = [f"{where(records, i)}: {what} must change nothing, but these changed:"]
+        lines = [f"{where(records, i)}: {what} must change nothing, but it changed {', '.join(diffs)}:"]
         lines += [f"    {k}: before {before[k]}, after {after[k]}" for k in diffs]
         if block_size and ("tables" in diffs or "lengths" in diffs):
             lines += [picture(before, block_size, "before"), picture(after, block_size, "after")]
@@ -88,15 +93,6 @@ def close(what, expected, got, tol, section=None, extra=""):
     diff = explain.first_difference(expected, got, tol)
     if diff is not None:
         fail(f"{what}: {diff}" + (f"\n{extra}" if extra else ""), section)
-
-
-def tables(records, i, expected, block_size, section, why):
-    """Action i must leave exactly these block tables; on failure draw both."""
-    rec = records[i]
-    if rec["tables"] != expected:
-        fail("\n".join([f"{where(records, i)}: block tables differ ({why})",
-                        explain.draw_tables("expected", expected, rec["lengths"], block_size),
-                        picture(rec, block_size)]), section)
 
 
 # --------------------------------------------------------------------------------- invariants
@@ -120,43 +116,71 @@ def _sum(a, b):
     return a + b if isinstance(a, int) and isinstance(b, int) else f"{a} + {b}"
 
 
-def table_invariants(records, block_size, section, outside=None):
-    """Between steps: each table holds ceil(length / block_size) distinct blocks, and each block's
-    refcount equals the number of tables holding it plus `outside` holders (pool-level allocs and
-    increfs the test made itself, tracked from the actions)."""
-    outside, reserved = dict(outside or {}), set()
-    for i, rec in enumerate(records):
-        op = rec["op"]
-        if rec["error"] is None and op[0] in ("alloc", "incref", "decref"):
-            b = rec["result"] if op[0] == "alloc" else op[1]
-            outside[b] = outside.get(b, 0) + (-1 if op[0] == "decref" else 1)
-        if op[0] == "reserve":          # a bare reserve may hold more blocks until the next step
-            reserved.add(op[1])
-        elif op[0] == "step" and rec["error"] is None or op[0] == "free":
-            reserved -= set(op[1]) if op[0] == "step" else {op[1]}
-        for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
-            if s in reserved:
-                continue
-            if len(table) != math.ceil(length / block_size) or len(set(table)) != len(table):
-                fail(f"{where(records, i)}: seq {s} has length {length}, so its table must hold "
-                     f"ceil({length} / {block_size}) = {math.ceil(length / block_size)} distinct blocks, "
-                     f"it holds {table}\n{picture(rec, block_size)}", section)
-        in_tables = {}
-        for table in rec["tables"]:
-            for b in table:
-                in_tables[b] = in_tables.get(b, 0) + 1
-        expected = [in_tables.get(b, 0) + outside.get(b, 0) for b in range(len(rec["refcounts"]))]
-        if rec["refcounts"] != expected:
-            b = next(b for b, (e, g) in enumerate(zip(expected, rec["refcounts"])) if e != g)
-            by_test = f" and held {outside[b]} time(s) by the test itself" if outside.get(b) else ""
-            fail(f"{where(records, i)}: block {b} is in {in_tables.get(b, 0)} block table(s){by_test}, so its "
-                 f"refcount must be {expected[b]}, got {rec['refcounts'][b]}\n{picture(rec, block_size)}", section)
+# ------------------------------------------------------------------------ notes on skipped checks
+NOTES = {}      # note -> how many comparisons it skipped; printed at the end of the run (conftest)
 
 
-# ------------------------------------------------------------------------ the contiguous baseline
+def skipped(note):
+    NOTES[note] = NOTES.get(note, 0) + 1
+
+
+_WORKS = {}
+
+
+def part2_works(pk):
+    """Whether paged_step gives the contiguous forward's logits and stores K/V through the tables on
+    a small script (two sequences on a pool whose first block the test holds). Part 4's comparisons
+    of logits, samples and savings need it; they are skipped, with a note, while it does not."""
+    if "part2" not in _WORKS:
+        actions = [["alloc"], ["new"], ["new"], ["step", [0, 1], [tokens(6, 1), tokens(3, 2)]],
+                   ["step", [1, 0], [[5], [6]]], ["step", [0], [tokens(3, 3)]]]
+        try:
+            records = sc.step_script(pk, n_blocks=12, block_size=4, actions=actions, record_kv=True)["records"]
+            base = Contiguous()
+            ok = all(rec["error"] is None for rec in records)
+            for rec in records:
+                expected = base.apply(rec)
+                ok = ok and (expected is None or all(explain.first_difference(e, g, TOL_LOGITS) is None
+                                                      for e, g in zip(expected, rec["result"])))
+            ok = ok and all(rules.kv_difference({"k": e[0], "v": e[1]}, g) is None
+                            for e, g in zip((base.kv(s) for s in range(2)), records[-1]["kv"]))
+        except Exception:  # noqa: BLE001  (not implemented, or broken: either way it does not work)
+            ok = False
+        _WORKS["part2"] = ok
+    return _WORKS["part2"]
+
+
+NEEDS_PART2 = "paged_step (Part 2) does not give the contiguous forward's logits yet: fix Part 2 first"
+
+
+def copies_work(pk):
+    """Whether copy-on-write works on a small script without paged_step (a shared, partly filled
+    block written by its three holders in turn): copy_block (Part 1) and reserve's copy (Part 4).
+    Part 2's tests of a step that must copy need it; they are skipped, with a note, while it does not."""
+    if "copies" not in _WORKS:
+        actions = [["new"], ["grow", 0, 6, 1], ["fork", 0], ["fork", 0], ["grow", 1, 1, 2], ["grow", 2, 1, 3],
+                   ["grow", 0, 1, 4]]
+        try:
+            records = sc.sharing_script(pk, n_blocks=12, block_size=4, actions=actions)["records"]
+            stored = Stored()
+            ok = all(r["error"] is None for r in records) and rules.sharing_violation(records, 4) is None
+            for rec in records:
+                stored.apply(rec["op"])
+                ok = ok and all(rules.kv_difference(stored.kv(s), g) is None for s, g in enumerate(rec["kv"]))
+        except Exception:  # noqa: BLE001
+            ok = False
+        _WORKS["copies"] = ok
+    return _WORKS["copies"]
+
+
+NEEDS_COPIES = ("copy-on-write does not work yet (pool.copy_block, Part 1, or the copy in reserve, Part 4): "
+                "the tests of a step that must copy a shared block wait for it")
+
+
+# ------------------------------------------------------------------------------- Part 2: steps
 class Contiguous:
     """The same actions replayed on the lab's contiguous KVCache, one per sequence: the baseline
-    paged KV must reproduce. fork = a deep copy of the parent's cache; free = a fresh cache."""
+    paged KV must reproduce."""
 
     def __init__(self, cfg=None, param_seed=0):
         self.cfg = sc.config(cfg)
@@ -170,11 +194,7 @@ class Contiguous:
             return None
         if op[0] == "new":
             self.caches.append(tl.KVCache(self.cfg, 1))
-        elif op[0] == "fork":
-            self.caches.append(copy.deepcopy(self.caches[op[1]]))
-        elif op[0] == "free":
-            self.caches[op[1]] = tl.KVCache(self.cfg, 1)
-        elif op[0] == "step":
+        elif op[0] in ("step", "fit", "miss"):
             return [tl.forward(self.params, self.cfg, np.array([list(c)], dtype=np.int64), cache=self.caches[s])[0]
                     for s, c in zip(op[1], op[2])]
         return None
@@ -184,63 +204,196 @@ class Contiguous:
         return c.k[:, 0, :c.length], c.v[:, 0, :c.length]
 
 
-def against_contiguous(records, cfg=None, param_seed=0, section=None, check_kv=False):
+def contract_order(n_blocks, actions):
+    """The blocks a correct pool hands out after the test's setup, in order: its free blocks, lowest
+    first (the setup's allocs take 0, 1, 2, ...; a release gives its block back)."""
+    held = []
+    for op, *args in actions:
+        if op == "alloc":
+            held.append(min(set(range(n_blocks)) - set(held) - {None}))
+        elif op == "release":
+            held[args[0]] = None
+        else:
+            break
+    return sorted(set(range(n_blocks)) - set(held))
+
+
+def run_steps(pk, actions, block_size, n_blocks=16, cfg=None, section=None, record_kv=False, errors=None, **kw):
+    """step_script plus the checks every Part 2 script must pass, the most telling first: the actions
+    in `errors` ({index: (kind, why)}) raise that error and change nothing, every other action
+    succeeds; then the contiguous baseline (logits, lengths, and with record_kv the K/V read from
+    storage through the tables), and the tables' shape: ceil(length / B) distinct blocks each, no
+    block in two tables or held by the test. Returns the result, with "contract" = contract_order."""
+    result = sc.step_script(pk, cfg=cfg, n_blocks=n_blocks, block_size=block_size, actions=actions,
+                            record_kv=record_kv, **kw)
+    records = result["records"]
+    errors = errors or {}
+    short = rules.short_table(records, block_size)
+    shared = next((i for i, r in enumerate(records) if r["op"][0] in ("share", "mirror")), len(records))
+    for i in range(len(records)):
+        if i > shared and not copies_work(pk):
+            skipped(NEEDS_COPIES)
+            break
+        if i in errors:
+            raised(records, i, *errors[i], section, block_size)
+        elif records[i]["error"] is not None and short:
+            fail(f"{where(records, i)}: expected it to succeed, but it raised {error_text(records[i]['error'])}; "
+                 f"{short}", section)
+        else:
+            succeeded(records, i, section)
+    against_contiguous(records, block_size, cfg, kw.get("param_seed", 0), section)
+    table_shapes(records, block_size, section)
+    result["contract"] = contract_order(n_blocks, actions)
+    return result
+
+
+def against_contiguous(records, block_size, cfg=None, param_seed=0, section=None):
     """Every successful step's logits (and, with record_kv, every sequence's stored K/V) equal the
-    contiguous baseline's; every length equals the baseline's length."""
+    contiguous baseline's; every length equals the baseline's length. Up to the first "share" or
+    "mirror": from there on blocks are shared, and the copy a write makes is Part 4's."""
     base = Contiguous(cfg, param_seed)
     for i, rec in enumerate(records):
+        if rec["op"][0] in ("share", "mirror"):
+            return
         expected = base.apply(rec)
         if expected is not None:
             got = rec["result"]
             equal(f"{where(records, i)}: number of logits arrays returned", len(expected), len(got), section)
             for j, (e, g) in enumerate(zip(expected, got)):
                 close(f"{where(records, i)}: logits of seq {rec['op'][1][j]} (index [position in chunk, token]) "
-                      f"vs the contiguous forward with a KVCache", e, g, TOL_LOGITS, section)
+                      f"vs the contiguous forward with a KVCache", e, g, TOL_LOGITS, section, NAN_HINT)
         equal(f"{where(records, i)}: sequence lengths", [c.length for c in base.caches], rec["lengths"], section)
-        if check_kv:
-            for s, stored in enumerate(rec["kv"]):
-                for name, e in zip("kv", base.kv(s)):
-                    close(f"{where(records, i)}: {name.upper()} of seq {s} read from pool.{name} through its "
-                          f"block table (index [layer, position, head, d]) vs the contiguous cache",
-                          e, stored[name], TOL_LOGITS, section)
+        for s, stored in enumerate(rec.get("kv", [])):
+            why = rules.kv_difference(dict(zip("kv", base.kv(s))), stored)
+            if why:
+                fail(f"{where(records, i)}: seq {s}'s K/V read from pool storage through its table "
+                     f"(pool.k[layer, blocks[p // B], p % B]) differ from the contiguous cache: {why}\n"
+                     f"{picture(rec, block_size)}", section)
 
 
-def copies_only_when_due(records, block_size, section):
-    """n_copies rises only in a step or reserve, and by at most min(n, refcount - 1) for each
-    partly filled, shared last block that n of its sequences hold (the last writer needs no copy)."""
-    for i in range(1, len(records)):
-        before, rec = records[i - 1], records[i]
+NAN_HINT = ("  A non-finite value usually means a softmax without its maximum subtracted, or a read of slots "
+            "never written (storage is not zero after reuse).")
+
+
+def table_shapes(records, block_size, section):
+    """Between steps each table holds ceil(length / B) distinct blocks (more only after a bare
+    reserve, until it is filled), no block is in two tables, and none is a block the test holds."""
+    held, reserved = set(), set()
+    for i, rec in enumerate(records):
         op = rec["op"]
-        if not (isinstance(rec["n_copies"], int) and isinstance(before["n_copies"], int)):
-            continue
-        seqs = op[1] if op[0] == "step" else [op[1]] if op[0] == "reserve" else []
-        holders = {}
-        for s in seqs:
-            if s < len(before["tables"]) and before["lengths"][s] % block_size:
-                last = before["tables"][s][-1]
-                holders[last] = holders.get(last, 0) + 1
-        due = sum(min(n, before["refcounts"][b] - 1) for b, n in holders.items())
-        if rec["n_copies"] - before["n_copies"] > due:
-            fail(f"{where(records, i)}: n_copies went from {before['n_copies']} to {rec['n_copies']}, but at most "
-                 f"{due} cop{'y is' if due == 1 else 'ies are'} due: copy a last block only when it is partly filled "
-                 f"AND shared (refcount > 1), and n holders of one block make at most n - 1 copies\n"
-                 f"{picture(before, block_size, 'before')}", section)
+        if op[0] in ("share", "mirror"):
+            return
+        if op[0] == "alloc" and rec["error"] is None:
+            held.add(len(held))
+        if op[0] == "reserve":
+            reserved.add(op[1])
+        seen = {}
+        for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
+            need = math.ceil(length / block_size)
+            if len(set(table)) != len(table) or len(table) < need or (len(table) > need and s not in reserved):
+                fail(f"{where(records, i)}: seq {s} has length {length}, so its table must hold "
+                     f"ceil({length} / {block_size}) = {need} distinct blocks, it holds {table}\n"
+                     f"{picture(rec, block_size)}", section)
+            for b in table:
+                if b in seen:
+                    fail(f"{where(records, i)}: block {b} is in the tables of seq {seen[b]} and seq {s}: without fork, "
+                         f"sequences never share a block\n{picture(rec, block_size)}", section)
+                seen[b] = s
 
 
-def run(pk, actions, block_size, n_blocks=16, cfg=None, section=None, record_kv=False, errors=None, **kw):
-    """sequence_script plus the checks every script must pass, the most telling first: the actions
-    in `errors` ({index: (kind, why)}) raise that error and change nothing, every other action
-    succeeds; then the contiguous baseline, copies only when due, and the invariants."""
-    records = sc.sequence_script(pk, cfg=cfg, n_blocks=n_blocks, block_size=block_size,
-                                 actions=actions, record_kv=record_kv, **kw)
-    errors = errors or {}
+def tables(result, i, expected, block_size, section, why):
+    """Action i must leave these block tables, where each expected id is a block a correct pool hands
+    out: compared by place in the allocation order, so your allocator's choice of ids (Part 1) does
+    not matter here, the order in which the step takes blocks does. On failure draw both."""
+    records = result["records"]
+    rec = records[i]
+    want = [rules.canonical(t, result["contract"]) for t in expected]
+    got = [rules.canonical(t, result["order"]) for t in rec["tables"]]
+    if want != got:
+        mine = "" if result["order"] == result["contract"] else (
+            f"\n  (your pool hands out blocks in the order {result['order'][:8]}..., a correct one "
+            f"{result['contract'][:8]}...: compared by that order, blocks #k = the k-th handed out)")
+        fail("\n".join([f"{where(records, i)}: block tables differ ({why}): expected, by allocation order, "
+                        f"{_named(want)}, got {_named(got)}",
+                        explain.draw_tables("expected", expected, rec["lengths"], block_size),
+                        picture(rec, block_size)]) + mine, section)
+
+
+def _named(tables_):
+    return "[" + ", ".join("[" + ", ".join(f"#{b}" if isinstance(b, int) else str(b) for b in t) + "]"
+                           for t in tables_) + "]"
+
+
+# ----------------------------------------------------------------------------- Part 4: sharing
+class Stored:
+    """What a sequence's K/V must read back as in a "grow" script: the test's own random K/V per
+    position, inherited by forks, dropped by free (scenarios.put_kv draws them the same way)."""
+
+    def __init__(self, cfg=None):
+        self.cfg, self.seqs = sc.config(cfg), []
+
+    def apply(self, op):
+        if op[0] == "new":
+            self.seqs.append([])
+        elif op[0] == "fork":
+            self.seqs.append(list(self.seqs[op[1]]))
+        elif op[0] == "free":
+            self.seqs[op[1]] = []
+        elif op[0] == "grow":
+            i, n, seed = op[1:]
+            k, v = np.random.default_rng(seed).standard_normal((2, self.cfg.n_layers, n, self.cfg.n_heads,
+                                                                self.cfg.d_head))
+            self.seqs[i] += [(k[:, j], v[:, j]) for j in range(n)]
+
+    def kv(self, s):
+        empty = np.zeros((self.cfg.n_layers, 0, self.cfg.n_heads, self.cfg.d_head))
+        pos = self.seqs[s]
+        return {"k": np.stack([k for k, _ in pos], axis=1) if pos else empty,
+                "v": np.stack([v for _, v in pos], axis=1) if pos else empty}
+
+
+def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, **kw):
+    """sharing_script plus the checks every Part 4 script must pass: every action succeeds; the
+    contract's rules for fork, free and copy-on-write hold on the tables and refcounts your pool
+    shows (rules.sharing_violation); in a "grow" script every sequence reads back, through its table,
+    exactly the K/V the test stored; with twin=True (steps), sharing changes no logits and no K/V
+    (skipped, with a note, while Part 2 does not work). Returns the result."""
+    result = sc.sharing_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin, **kw)
+    records = result["records"]
+    part2 = not twin or part2_works(pk)
     for i in range(len(records)):
-        if i in errors:
-            raised(records, i, *errors[i], section, block_size)
-        else:
+        if records[i]["op"][0] != "step" or part2:     # a step that raises is Part 2's while Part 2 does not work
             succeeded(records, i, section)
-    against_contiguous(records, cfg, kw.get("param_seed", 0), section, check_kv=record_kv)
-    copies_only_when_due(records, block_size, section)
-    table_invariants(records, block_size, section)
-    pool_invariants(records, n_blocks, section)
-    return records
+    broken = rules.sharing_violation(records, block_size)
+    if broken:
+        fail(broken + _copy_note(result), section)
+    if not twin:
+        stored = Stored(kw.get("cfg"))
+        for i, rec in enumerate(records):
+            stored.apply(rec["op"])
+            for s, got in enumerate(rec["kv"]):
+                why = rules.kv_difference(stored.kv(s), got)
+                if why:
+                    fail(f"{where(records, i)}: seq {s}'s K/V read from pool storage through its table differ from "
+                         f"what the test stored: {why}\n{picture(rec, block_size)}" + _copy_note(result), section)
+    elif not part2:
+        skipped(NEEDS_PART2)
+    else:
+        for i, (rec, alone) in enumerate(zip(records, result["twin"])):
+            if rec["op"][0] == "step":
+                for j, (e, g) in enumerate(zip(alone["result"], rec["result"])):
+                    close(f"{where(records, i)}: logits of seq {rec['op'][1][j]} with sharing vs the same script where "
+                          "every fork is a new sequence that prefills its parent's tokens", e, g, TOL_LOGITS, section)
+            for s, (e, g) in enumerate(zip(alone["kv"], rec["kv"])):
+                why = rules.kv_difference(e, g)
+                if why:
+                    fail(f"{where(records, i)}: seq {s}'s K/V with sharing differ from the same script without "
+                         f"sharing: {why}\n{picture(rec, block_size)}" + _copy_note(result), section)
+    return result
+
+
+def _copy_note(result):
+    probe = result.get("copy_probe")
+    if probe == rules.NORMAL_COPY or not isinstance(probe, dict):
+        return ""
+    return f"\n  Note: on a pool of its own, your copy_block gives {probe} (a correct one: {rules.NORMAL_COPY})."

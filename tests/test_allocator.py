@@ -150,20 +150,6 @@ def test_numpy_integer_ids_are_accepted(pk):
     equal("refcount(np.int32(1)) after incref(np.int64(1))", 2, records[3]["result"], SECTION)
 
 
-def test_copy_block_copies_every_layer(pk):
-    ops = allocs(3) + [["decref", 1], ["data", 2], ["copy", 2], ["data", 1], ["data", 2]]
-    records = script(pk, ops, n_blocks=5, block_size=3, cfg=SMALL, fill_seed=1)
-    before, copied, source = records[4]["result"], records[6]["result"], records[7]["result"]
-    equal("copy_block(2) returns the lowest free block", 1, records[5]["result"], SECTION)
-    for name in "kv":
-        for layer in range(SMALL["n_layers"]):
-            if not np.array_equal(copied[name][layer], before[name][layer]):
-                fail(f"after copy_block(2) -> 1: pool.{name}[{layer}, 1] must equal pool.{name}[{layer}, 2] "
-                     f"(every layer is copied), it does not", SECTION)
-        if not np.array_equal(source[name], before[name]):
-            fail(f"copy_block(2) changed the source block's pool.{name}", SECTION)
-
-
 def test_copy_block_on_a_full_pool(pk):
     records = script(pk, allocs(2) + [["copy", 0], ["copy", 7], ["decref", 1], ["copy", 0]], n_blocks=2)
     raised(records, 2, "MemoryError", "no block is free for the copy", SECTION)

@@ -1,10 +1,14 @@
 """Machinery of the hidden suites.
 
 Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
-id -> judge(case, expected, got) -> message or None). Every case becomes one pytest item marked with
-its check. All cases of a check go to the sandbox in ONE call (the `batch` scenario), prefetched two
-checks at a time as soon as collection ends; the reference answers the same calls here, in the
+id -> judge(case, expected, got, deps) -> message or None). Every case becomes one pytest item marked
+with its check. All cases of a check go to the sandbox in ONE call (the `batch` scenario), prefetched
+two checks at a time as soon as collection ends; the reference answers the same calls here, in the
 trusted process. The submission's code never runs in this process.
+
+`deps.ok(check_id)` tells a judge whether the submission passes another part's check. A judge uses it
+only to leave out a comparison that another part owns when that part is already charged for it (one
+bug, one charge), never to give points: a failing check cannot be made to pass by failing another.
 """
 import hashlib
 import queue
@@ -53,6 +57,7 @@ def pytest_generate_tests(metafunc):
         assert check_id in rubric.CHECKS, f"{check_id} is not in the rubric"
         cases = plan(rng_for(seed, check_id))
         _all_plans(metafunc.config)[check_id] = cases
+        _all_judges(metafunc.config)[check_id] = getattr(metafunc.module, "JUDGES", {}).get(check_id, generic_judge)
         for i, case in enumerate(cases):
             params.append(pytest.param((check_id, i), id=f"{check_id}[{i}]", marks=pytest.mark.check(check_id)))
     metafunc.parametrize("case", params)
@@ -64,13 +69,20 @@ def _all_plans(config):
     return config.grading_plans
 
 
+def _all_judges(config):
+    if not hasattr(config, "grading_judges"):
+        config.grading_judges = {}
+    return config.grading_judges
+
+
 class Grading:
     """The reference's answers (computed here) and the submission's (from the sandbox), per check."""
 
     def __init__(self, config):
         import paged_kv as reference          # grader.grade put the reference on sys.path
         self.reference = reference
-        self.plans = _all_plans(config)
+        self.plans, self.judges = _all_plans(config), _all_judges(config)
+        self.verdicts, self.judging = {}, set()
         self.expected, self.ref_seconds, self.futures = {}, {}, {}
         isolate = {"auto": None, "yes": True, "no": False}[config.getoption("--isolate")]
         job = config.getoption("--job")
@@ -103,6 +115,31 @@ class Grading:
             pytest.fail("the worker's answer has the wrong form (was the scenario code tampered with?)", pytrace=False)
         return self.expected[check_id][i], data[i]
 
+    def message(self, check_id, i):
+        """The judge's message for case i (None: it passed); a missing answer fails the case."""
+        expected, got = self.answer(check_id, i)
+        return self.judges[check_id](self.plans[check_id][i], expected, got, Deps(self, check_id))
+
+    def passed(self, check_id):
+        """Whether every case of a check passes (judged once, cached). A check that is being judged
+        cannot depend on itself, directly or around a loop: that is a grader bug."""
+        if check_id not in self.verdicts:
+            assert check_id not in self.judging, f"the judges of {check_id} depend on themselves"
+            self.judging.add(check_id)
+            try:
+                ok = True
+                for i in range(len(self.plans[check_id])):
+                    try:
+                        ok = self.message(check_id, i) is None
+                    except BaseException:       # noqa: BLE001  (pytest.fail for a missing answer, too)
+                        ok = False
+                    if not ok:
+                        break
+                self.verdicts[check_id] = ok
+            finally:
+                self.judging.discard(check_id)
+        return self.verdicts[check_id]
+
     def close(self):
         self.executor.shutdown(wait=True)
         while not self.sandboxes.empty():
@@ -130,24 +167,34 @@ def pytest_unconfigure(config):
         config.grading.close()
 
 
+class Deps:
+    """What one check's judge may ask about the submission's other checks."""
+
+    def __init__(self, grading, asking):
+        self.grading, self.asking = grading, asking
+
+    def ok(self, check_id):
+        assert rubric.CHECKS[check_id].part != rubric.CHECKS[self.asking].part, \
+            f"{self.asking} may depend only on other parts' checks, not on {check_id}"
+        return self.grading.passed(check_id)
+
+
 @pytest.fixture
 def judge(request):
     """Compare case i of a check with the reference; on a difference, fail with the explanation."""
     grading = request.config.grading
-    judges = getattr(request.module, "JUDGES", {})
 
     def run(case):
         check_id, i = case
-        expected, got = grading.answer(check_id, i)
         check = rubric.CHECKS[check_id]
         plan_case = grading.plans[check_id][i]
-        message = judges.get(check_id, generic_judge)(plan_case, expected, got)
+        message = grading.message(check_id, i)
         if message:
             pytest.fail(f"{check.title} ({plan_case.name}):\n{message}\n"
                         f"Read assignment.md, section \"{check.section}\".", pytrace=False)
     return run
 
 
-def generic_judge(case, expected, got):
+def generic_judge(case, expected, got, deps=None):
     found = first_mismatch(expected, got)
     return f"  {found[0]}: {found[1]}" if found else None

@@ -30,19 +30,6 @@ def tokens(rng, n, cfg=None):
     return [int(t) for t in rng.integers(0, vocab, n)]
 
 
-def replay(cfg, n_blocks, block_size, actions, param_seed=0):
-    """The reference's records for a sequence script (for building scripts that must fit exactly)."""
-    return scenarios.sequence_script(reference, cfg, param_seed, n_blocks, block_size, actions)
-
-
-def fragment(rng, n_blocks, keep):
-    """Pool actions that leave `keep` blocks held at scattered ids, so tables are not monotone."""
-    held = sorted(int(b) for b in rng.choice(n_blocks, size=keep, replace=False))
-    actions = [["alloc"] for _ in range(n_blocks)]
-    actions += [["decref", b] for b in rng.permutation(n_blocks).tolist() if b not in held]
-    return actions
-
-
 def pool_ops(rng, n_blocks, length, weights, cfg=None, block_size=4):
     """A random allocator script, valid or deliberately not, chosen by watching the reference pool."""
     pool = reference.BlockPool(scenarios.config(cfg), n_blocks, block_size)
@@ -68,22 +55,14 @@ def pool_ops(rng, n_blocks, length, weights, cfg=None, block_size=4):
     return ops
 
 
-def fits_exactly(cfg, n_blocks, block_size, prefix, step):
-    """Pad `prefix` with allocs so the pool has exactly the blocks `step` needs: returns the script that
-    just fits and the one that misses by a single block (found by replaying the reference)."""
-    free = replay(cfg, n_blocks, block_size, prefix)[-1]["n_free"] if prefix else n_blocks
-    for extra in range(free, -1, -1):
-        fits = prefix + [["alloc"]] * extra + [step]
-        if replay(cfg, n_blocks, block_size, fits)[-1]["error"] is None:
-            misses = prefix + [["alloc"]] * (extra + 1) + [step]
-            assert extra < free and replay(cfg, n_blocks, block_size, misses)[-1]["error"]["kind"] == "MemoryError"
-            return fits, misses
-    raise AssertionError("the step never fits: the plan is wrong")
+def step_case(name, actions, cfg=None, n_blocks=64, block_size=4, param_seed=0, record_kv=False):
+    return Case(name, "step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks,
+                                      "block_size": block_size, "actions": actions, "record_kv": record_kv})
 
 
-def script(name, actions, cfg=None, n_blocks=64, block_size=4, param_seed=0):
-    return Case(name, "sequence_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks,
-                                          "block_size": block_size, "actions": actions})
+def sharing_case(name, actions, cfg=None, n_blocks=96, block_size=4, param_seed=0, twin=False):
+    return Case(name, "sharing_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks,
+                                         "block_size": block_size, "actions": actions, "twin": twin})
 
 
 def prefill_all(rng, lengths, cfg=None):
@@ -96,4 +75,15 @@ def decodes(rng, n_seqs, steps, cfg=None):
     for _ in range(steps):
         idx = rng.permutation(n_seqs)[: int(rng.integers(1, n_seqs + 1))].tolist()
         actions.append(["step", idx, [tokens(rng, 1, cfg) for _ in idx]])
+    return actions
+
+
+def interleaved(rng, n_seqs, steps, cfg=None, take=0.3):
+    """Decode steps with the test taking a block now and then, so tables become non-monotone and
+    scattered without anything ever being freed."""
+    actions = []
+    for step in decodes(rng, n_seqs, steps, cfg):
+        if rng.random() < take:
+            actions.append(["alloc"])
+        actions.append(step)
     return actions

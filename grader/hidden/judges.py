@@ -1,15 +1,30 @@
 """Judges that explain a difference in the terms of the assignment: which action of a script, what
 state, with the block tables drawn. They print the script's shape (operations, sequence indices,
-chunk sizes, block ids) but never the hidden token ids, prompts or seeds."""
+chunk sizes, block ids) but never the hidden token ids, prompts or seeds.
+
+Each judge compares only what its part owns (tests/rules.py says what that is): Part 1 the pool's
+ids, refcounts and counters; Part 2 logits, lengths, errors, all-or-nothing and the tables up to
+renaming; Part 4 sharing, judged on the tables and refcounts the submission's own pool shows and on
+K/V the test put in storage itself. A comparison that another part owns is left out only while that
+part fails its own check (`deps.ok`), so a bug is charged once.
+"""
 from explain import describe_action, draw_tables
+from rules import (NORMAL_COPY, kv_difference, part2_view, pool_view_violation, sampling_violation,
+                   savings, sharing_violation, short_table)
 
 from grader.hidden.compare import ATTENTION_TOL, first_mismatch
 
+SAVINGS_RANGE = 0.02        # the drivers' savings: within 2 points of the reference's on the same inputs
 
-def script_judge(case, expected, got):
-    """The first action after which the submission's state or result differs from the reference's."""
+
+def _wrong_form(what="answer"):
+    return f"  the {what} has the wrong form (was the scenario code tampered with?)"
+
+
+def script_judge(case, expected, got, deps=None):
+    """Part 1: the first action after which the submission's pool differs from the reference's."""
     if not isinstance(got, list) or len(got) != len(expected):
-        return "  the answer has the wrong form (was the scenario code tampered with?)"
+        return _wrong_form()
     block_size = case.inputs.get("block_size")
     for n, (e, g) in enumerate(zip(expected, got), 1):
         found = first_mismatch(e, g, path="")
@@ -34,7 +49,237 @@ def _drawable(rec):
             and ints(rec.get("lengths")) and isinstance(rec.get("refcounts"), list))
 
 
-def attention_judge(case, expected, got):
+def _records_ok(got, n, keys):
+    """The submission's records have the scenario's form: n dicts with these keys, tables of ints."""
+    if not isinstance(got, list) or len(got) != n:
+        return False
+    for rec in got:
+        if not isinstance(rec, dict) or not keys <= set(rec):
+            return False
+        if "tables" in keys and not _drawable({"refcounts": [], **rec}):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ Part 2
+PART2_FIELDS = {            # what each Part 2 check compares, besides errors and all-or-nothing
+    "logits": ("result", "error", "lengths", "unchanged"),
+    "tables": ("result", "error", "lengths", "unchanged", "tables", "kv"),
+}
+
+
+def part2_judge(fields):
+    """A judge for step_script cases comparing `fields` of rules.part2_view. Block ids are named by
+    allocation order: the contract's order while the submission passes Part 1's lowest-free-first
+    check, else its own allocator's. From a "share" on, only errors and all-or-nothing count (the
+    copy decides the rest), and a step whose copy fails is not charged here while copy_block
+    (Part 1) or copy-on-write (Part 4) fails its own check."""
+    def judge(case, expected, got, deps):
+        if not isinstance(got, dict) or not isinstance(got.get("order"), list) \
+                or not all(type(b) is int for b in got["order"]) \
+                or not _records_ok(got.get("records"), len(expected["records"]), {"op", "error", "lengths", "tables"}):
+            return _wrong_form()
+        contract = deps.ok("allocator.lowest_free_first")
+        try:
+            e_view = part2_view(expected)
+            g_view = part2_view(got, expected["order"] if contract else got["order"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return _wrong_form()
+        block_size = case.inputs["block_size"]
+        for n, (e, g, rec) in enumerate(zip(e_view, g_view, expected["records"]), 1):
+            keep = [f for f in fields if f in e]
+            found = first_mismatch({f: e[f] for f in keep}, {f: g.get(f) for f in keep}, path="")
+            if not found:
+                continue
+            if rec["op"][0] in ("fit", "miss") and "tables" not in e and not (
+                    deps.ok("allocator.copy_block") and deps.ok("copy_on_write.copy_when_needed")):
+                continue            # the step's copy is made by Parts 1 and 4, which are charged for it
+            return _part2_message(n, rec, found, e, g, got["records"][n - 1], expected, block_size, contract)
+        return None
+    return judge
+
+
+def _part2_message(n, rec, found, e, g, raw, expected, block_size, contract):
+    field = found[0].lstrip(".") or "the record"
+    what = {"unchanged": "a call that raised must change nothing (tables, lengths, refcounts, counters)",
+            "tables": "block tables, each block named by its place in the allocation order (#0 = the first block "
+                      + ("a fresh pool hands out" if contract else "your pool hands out") + ")"}
+    lines = [f"  after action {n} of {len(expected['records'])}, {describe_action(rec['op'])}:",
+             f"    {field}: {found[1]}"]
+    if field.split("[")[0] in what:
+        lines.append(f"    ({what[field.split('[')[0]]})")
+    if field.startswith(("tables", "lengths", "kv")):
+        lines.append(draw_tables("expected", rec["tables"], rec["lengths"], block_size))
+        lines.append(draw_tables("got", raw["tables"], raw["lengths"], block_size))
+    hint = short_table([raw], block_size)
+    if hint:
+        lines.append("    " + hint.split(": ", 1)[1])
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ Part 4
+def sharing_judge(case, expected, got, deps):
+    """sharing_script cases: Part 4's rules on the submission's own tables and refcounts, then the
+    K/V: read back equal to the reference's (scripts whose data the test stored itself), or, for
+    scripts of steps, equal to the same implementation's unshared twin (left out while Part 2's
+    tables check, which owns storing K/V through the table, fails). A failure says what the pool's
+    copy_block does when it is not what the contract says (Part 1), since copy-on-write relies on it."""
+    n = len(expected["records"])
+    if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
+                                                                             "refcounts", "kv"}):
+        return _wrong_form()
+    message = _sharing_message(case, expected, got, deps)
+    if message and isinstance(got.get("copy_probe"), dict) and got["copy_probe"] != NORMAL_COPY:
+        message += f"\n  {_copy_note(got['copy_probe'])}"
+    return message
+
+
+def _copy_note(probe):
+    if set(probe) != set(NORMAL_COPY):
+        return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it."
+    wrong = []
+    if probe["source_delta"]:
+        wrong.append(f"changes the source's refcount by {probe['source_delta']:+d} (it must leave it alone)")
+    if probe["copy_refcount"] != 1:
+        wrong.append(f"gives the copy refcount {probe['copy_refcount']} (must be 1)")
+    if not probe["copies_data"]:
+        wrong.append("does not copy the source's K and V in every layer")
+    return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
+
+
+def _sharing_message(case, expected, got, deps):
+    records, B, n = got["records"], case.inputs["block_size"], len(expected["records"])
+    for i, (e, g) in enumerate(zip(expected["records"], records), 1):
+        if (g["error"] is None) != (e["error"] is None) and not (case.inputs.get("twin") and g["op"][0] == "step"):
+            return f"  after action {i} of {n}, {describe_action(e['op'])}: expected no error, got {_kind(g['error'])}"
+    try:
+        broken = sharing_violation(records, B)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return _wrong_form()
+    if broken:
+        return "  " + broken.replace("\n", "\n  ")
+    if not case.inputs.get("twin"):
+        return _kv_against(expected["records"], records, "K/V the test stored")
+    if not deps.ok("paged_step.tables"):
+        return None
+    twin = got.get("twin")
+    if not _records_ok(twin, n, {"result", "error", "kv"}):
+        return _wrong_form()
+    for i, (g, t) in enumerate(zip(records, twin), 1):
+        if _kind(g["error"]) != _kind(t["error"]):
+            return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the outcome: "
+                    f"{_kind(g['error'])} with sharing, {_kind(t['error'])} without")
+        if g["op"][0] == "step" and g["error"] is None:
+            found = first_mismatch(t["result"], g["result"], path="logits")
+            if found:
+                return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the logits "
+                        f"(vs the same script where every fork is a new sequence that prefills its parent's tokens):"
+                        f" {found[0]}: {found[1]}")
+    return _kv_against(twin, records, "K/V without sharing")
+
+
+def _kind(error):
+    return "no error" if error is None else error.get("kind", "an error")
+
+
+def _kv_against(expected_records, records, what):
+    for i, (e, g) in enumerate(zip(expected_records, records), 1):
+        if not isinstance(g["kv"], list) or len(g["kv"]) != len(e["kv"]):
+            return _wrong_form("K/V record")
+        for s, (ekv, gkv) in enumerate(zip(e["kv"], g["kv"])):
+            if not isinstance(gkv, dict) or not (set(gkv) in ({"short"}, {"k", "v"})):
+                return _wrong_form("K/V record")
+            why = kv_difference(ekv, gkv)
+            if why:
+                return (f"  after action {i} of {len(records)}, {describe_action(g['op'])}: seq {s}'s K/V read from "
+                        f"pool storage through its table differ from the {what}: {why}")
+    return None
+
+
+# ------------------------------------------------------------------------------------ the drivers
+def _steps_ok(got):
+    return (isinstance(got, dict) and isinstance(got.get("steps"), list) and type(got.get("in_use_after")) is int
+            and all(isinstance(s, dict) and type(s.get("in_use")) is int and isinstance(s.get("tables"), list)
+                    and all(isinstance(t, list) and all(type(b) is int for b in t) for t in s["tables"])
+                    for s in got["steps"]))
+
+
+def _savings_line(expected, got):
+    return f"blocks saved by sharing: {savings(got['steps']):.1%} (the reference: {savings(expected['steps']):.1%})"
+
+
+def _savings_off(expected, got):
+    e, g = savings(expected["steps"]), savings(got["steps"])
+    if abs(e - g) > SAVINGS_RANGE:
+        return f"  {_savings_line(expected, got)}: outside {e - SAVINGS_RANGE:.1%}..{e + SAVINGS_RANGE:.1%}"
+    return None
+
+
+def _logits_ok(deps):
+    return deps.ok("paged_step.prefill") and deps.ok("paged_step.decode_batches")
+
+
+def _driver_failed(got, deps):
+    """The driver raised: charged here unless paged_step (Part 2) fails its own logits checks."""
+    if got.get("error") is None:
+        return None
+    return "" if not _logits_ok(deps) else f"  the driver raised {_kind(got['error'])} (a step, fork or free failed)"
+
+
+def sampling_judge(case, expected, got, deps):
+    """parallel_sample: the pool after every step (sharing, copies, leaks) always; the samples, the
+    savings and the peak against the reference only while Part 2's logits and tables checks pass."""
+    if not _steps_ok(got):
+        return _wrong_form()
+    failed = _driver_failed(got, deps)
+    if failed is not None:
+        return failed or None
+    if len(got["steps"]) != len(expected["steps"]):
+        return _wrong_form()
+    inputs = case.inputs
+    broken = (pool_view_violation(got["steps"], got["in_use_after"])
+              or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
+    if broken:
+        return f"  {broken}\n  ({_savings_line(expected, got)})"
+    if _logits_ok(deps):
+        if got.get("samples") != expected["samples"]:
+            return f"  the samples differ from the reference's (same logits, same random draws)\n  ({_savings_line(expected, got)})"
+    if deps.ok("paged_step.tables"):
+        peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
+        if peak_e != peak_g:
+            return f"  peak blocks in use: expected {peak_e}, got {peak_g}\n  ({_savings_line(expected, got)})"
+        return _savings_off(expected, got)
+    return None
+
+
+def beam_judge(case, expected, got, deps):
+    """beam_search: no leak and sharing never costs blocks, always; the beams and the savings against
+    the reference only while Part 2's logits and tables checks pass (which beams survive depends on
+    the logits)."""
+    if not _steps_ok(got):
+        return _wrong_form()
+    failed = _driver_failed(got, deps)
+    if failed is not None:
+        return failed or None
+    broken = pool_view_violation(got["steps"], got["in_use_after"])
+    if broken:
+        return f"  {broken}"
+    for t, s in enumerate(got["steps"]):
+        alone = sum(len(table) for table in s["tables"])
+        if s["in_use"] > alone:
+            return f"  after step {t}, {s['in_use']} blocks in use, more than the {alone} the beams would hold alone"
+    if not (_logits_ok(deps) and deps.ok("paged_step.tables")):
+        return None
+    if got.get("tokens") != expected["tokens"]:
+        return f"  the beams' tokens differ from the reference's\n  ({_savings_line(expected, got)})"
+    found = first_mismatch(expected["scores"], got.get("scores"), path="scores")
+    if found:
+        return f"  beam {found[0]}: {found[1]}"
+    return _savings_off(expected, got)
+
+
+# ------------------------------------------------------------------------------------------ Part 3
+def attention_judge(case, expected, got, deps=None):
     """blockwise cases: each query's output to 1e-12."""
     if not isinstance(got, list) or len(got) != len(expected):
         return "  the answer has the wrong form"
@@ -44,3 +289,4 @@ def attention_judge(case, expected, got):
             return (f"  query {n} of {len(expected)} (length {c['length']}, {len(c['table'])} blocks of "
                     f"{case.inputs['block_size']}, layer {c['layer']}): {found[0].lstrip('.') or 'output'}: {found[1]}")
     return None
+

@@ -35,7 +35,11 @@ def plan_tables_layers(rng):
     for B in (pick(rng, (3, 4, 6)), pick(rng, (8, 11))):
         lengths = rng.integers(1, 12 * B, 8)
         cases.append(attention(f"block size {B}", rng, None, 16, B, lengths, [0, 1] * 4))
-    return cases
+    large = attention("large scores (a softmax needs each head's own maximum)", rng, None, 16, pick(rng, (3, 5)),
+                      rng.integers(2, 30, 4), [0, 1, 1, 0])
+    for c in large.inputs["cases"]:
+        c["q_scale"] = float(rng.uniform(300, 1000))
+    return cases + [large]
 
 
 def plan_configs(rng):

@@ -1,83 +1,115 @@
-"""Part 4, sharing and copy-on-write, on hidden inputs: fork, lazy copies, the copies' data, free,
-and the two drivers, all against the reference."""
-from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, decodes, pick, random_config, script, tokens
-from grader.hidden.judges import script_judge
+"""Part 4, sharing and copy-on-write, on hidden inputs. Two kinds of scripts, both judged by the
+contract's rules on the submission's own tables and refcounts (rules.sharing_violation):
+- "grow" scripts advance sequences with reserve plus K/V the test stores itself through the tables,
+  so no paged_step is involved, and every sequence's K/V must read back as the test stored it;
+- "step" scripts use paged_step, and must give the same logits and K/V as the same implementation
+  without sharing (each fork a new sequence that prefills its parent's tokens).
+The drivers are judged on the pool they leave after every step. Everything runs on TINY with an
+ample pool: which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
+from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, sharing_case, tokens
+from grader.hidden.judges import beam_judge, sampling_judge, sharing_judge
 
 
-def with_kv(case):
-    case.inputs["record_kv"] = True
-    return case
+def seed(rng):
+    return int(rng.integers(1 << 30))
+
+
+def grow(rng, i, n):
+    return ["grow", i, n, seed(rng)]
+
+
+def partial(rng, B, most=3):
+    """A length that leaves the last block partly filled."""
+    return int(rng.integers(1, most + 1)) * B + int(rng.integers(1, B))
 
 
 def plan_fork(rng):
     cases = []
     for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 8))):
-        actions = [["new"], ["step", [0], [tokens(rng, int(rng.integers(1, 4 * B)))]], ["fork", 0], ["fork", 0],
-                   ["fork", 2], ["step", [3], [tokens(rng, 1)]], ["fork", 3], ["new"], ["fork", 5]]
-        cases.append(script(f"block size {B}", actions, block_size=B))
+        actions = [["new"], grow(rng, 0, int(rng.integers(1, 4 * B))), ["fork", 0], ["fork", 0], ["fork", 2],
+                   grow(rng, 3, 1), ["fork", 3], ["new"], ["fork", 5], grow(rng, 6, 2), ["fork", 1]]
+        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
+    B = pick(rng, (3, 4, 5))
+    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]], ["fork", 0], ["fork", 1],
+               ["step", [2, 0], [tokens(rng, 1), tokens(rng, 2)]], ["fork", 2], ["step", [3], [tokens(rng, B)]]]
+    cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
     return cases
 
 
 def plan_copy_when_needed(rng):
     cases = []
     for B in (pick(rng, (3, 5)), pick(rng, (4, 6, 7))):
-        partial = int(rng.integers(1, 3)) * B + int(rng.integers(1, B))
         full = int(rng.integers(1, 3)) * B
-        actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, partial), tokens(rng, full)]],
+        actions = [["new"], ["new"], grow(rng, 0, partial(rng, B, 2)), grow(rng, 1, full),
                    ["fork", 0], ["fork", 1],
-                   ["step", [2], [tokens(rng, 1)]], ["step", [0], [tokens(rng, 1)]],     # one copy, then in place
-                   ["step", [3, 1], [tokens(rng, 1), tokens(rng, 1)]],                   # full block: no copy
-                   ["fork", 2], ["step", [4, 2], [tokens(rng, B), tokens(rng, 2)]],
-                   ["fork", 1], ["reserve", 5, 1], ["reserve", 5, 1]]
-        cases.append(script(f"block size {B}", actions, block_size=B))
+                   grow(rng, 2, 1), grow(rng, 0, 1),                      # one copy, then in place
+                   grow(rng, 3, 1), grow(rng, 1, 1),                      # a full shared block: no copy
+                   ["fork", 2], grow(rng, 4, B), grow(rng, 2, 2),
+                   ["fork", 1], ["reserve", 5, 1]]
+        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     return cases
 
 
 def plan_n_minus_1(rng):
     cases = []
-    for n in (2, int(rng.integers(3, 6)), int(rng.integers(5, 8))):
+    for n in (2, int(rng.integers(3, 6))):
         B = pick(rng, (4, 5, 16))
-        prompt = int(rng.integers(1, 4)) * B + int(rng.integers(1, B))
-        actions = [["new"], ["step", [0], [tokens(rng, prompt)]]] + [["fork", 0]] * (n - 1)
-        order = rng.permutation(n).tolist()
-        actions += [["step", order[: n // 2 + 1], [tokens(rng, 1) for _ in order[: n // 2 + 1]]],
-                    ["step", order[n // 2 + 1:] or [0], [tokens(rng, 1) for _ in (order[n // 2 + 1:] or [0])]]]
-        actions += decodes(rng, n, 3)
-        cases.append(script(f"{n} samples, block size {B}", actions, block_size=B, n_blocks=80))
+        actions = [["new"], grow(rng, 0, partial(rng, B))] + [["fork", 0]] * (n - 1)
+        actions += [grow(rng, i, int(rng.integers(1, B + 2))) for i in rng.permutation(n).tolist()]
+        cases.append(sharing_case(f"{n} holders, block size {B}", actions, block_size=B))
+    n, B = int(rng.integers(3, 7)), pick(rng, (3, 5, 7))
+    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]]] + [["fork", 0]] * (n - 1)
+    order = rng.permutation(n).tolist()
+    actions += [["step", order, [tokens(rng, 1) for _ in order]], ["step", order[::-1], [tokens(rng, 1) for _ in order]]]
+    cases.append(sharing_case(f"{n} holders in one step, block size {B}", actions, block_size=B, twin=True))
     return cases
 
 
 def plan_copied_data(rng):
     cases = []
-    for i, cfg in enumerate([None, random_config(rng)]):
-        B = pick(rng, (2, 3, 5, 7))
-        actions = [["new"], ["step", [0], [tokens(rng, 2 * B + 1, cfg)]], ["fork", 0], ["fork", 0],
-                   ["step", [1, 0], [tokens(rng, 1, cfg), tokens(rng, B, cfg)]], ["fork", 1],
-                   ["step", [3, 2], [tokens(rng, 2, cfg), tokens(rng, 1, cfg)]]] + decodes(rng, 4, 3, cfg)
-        cases.append(with_kv(script(f"Config {i}, block size {B}", actions, cfg=cfg, block_size=B)))
+    for B in (pick(rng, (2, 3)), pick(rng, (5, 7)), pick(rng, (4, 9))):
+        actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["fork", 0], grow(rng, 1, 1), grow(rng, 0, B),
+                   ["fork", 1], grow(rng, 3, 2), grow(rng, 2, 1), ["free", 1], grow(rng, 3, B + 1), ["free", 0],
+                   ["new"], grow(rng, 4, 3 * B - 1), grow(rng, 2, 1)]
+        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     return cases
 
 
 def plan_free(rng):
     cases = []
     for B in (pick(rng, (2, 3)), pick(rng, (4, 5, 9))):
-        actions = [["new"], ["free", 0], ["step", [0], [tokens(rng, int(rng.integers(2, 4 * B)))]], ["fork", 0],
-                   ["fork", 1], ["step", [1], [tokens(rng, 1)]], ["free", 0], ["step", [2], [tokens(rng, 2)]],
-                   ["free", 1], ["free", 1], ["step", [1], [tokens(rng, int(rng.integers(1, 3 * B)))]],
-                   ["free", 2], ["free", 1], ["new"], ["step", [3, 0], [tokens(rng, 3), tokens(rng, B)]]]
-        cases.append(script(f"block size {B}", actions, block_size=B, n_blocks=24))
+        actions = [["new"], ["free", 0], grow(rng, 0, int(rng.integers(2, 4 * B))), ["fork", 0],
+                   ["fork", 1], grow(rng, 1, 1), ["free", 0], grow(rng, 2, 2),
+                   ["free", 1], ["free", 1], grow(rng, 1, int(rng.integers(1, 3 * B))),
+                   ["free", 2], ["free", 1], ["new"], grow(rng, 3, 3), grow(rng, 0, B)]
+        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
+    B = pick(rng, (3, 4))
+    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]], ["fork", 0], ["free", 0],
+               ["step", [1], [tokens(rng, 1)]], ["fork", 1], ["free", 1], ["step", [0, 2], [tokens(rng, 3), tokens(rng, 1)]]]
+    cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
+    return cases
+
+
+def plan_sharing_invariance(rng):
+    cases = []
+    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 16))):
+        actions = [["new"], ["step", [0], [tokens(rng, int(rng.integers(B, 4 * B)))]], ["fork", 0], ["fork", 0]]
+        actions += [["step", [2, 0, 1], [tokens(rng, 1), tokens(rng, int(rng.integers(1, B + 1))), tokens(rng, 2)]]]
+        actions += [["fork", 1], ["free", 0], ["step", [3, 1], [tokens(rng, B), tokens(rng, 1)]]]
+        actions += [["fork", 3], ["step", [4, 2, 3], [tokens(rng, 1)] * 3], ["free", 2], ["new"],
+                    ["step", [5, 4], [tokens(rng, 2 * B), tokens(rng, 1)]]]
+        cases.append(sharing_case(f"block size {B}", actions, block_size=B, twin=True))
     return cases
 
 
 def plan_parallel_sampling(rng):
     cases = []
-    for n in (1, int(rng.integers(2, 4)), int(rng.integers(4, 7))):
+    for n in (2, int(rng.integers(3, 5)), int(rng.integers(5, 7))):
         B = pick(rng, ODD_BLOCK_SIZES[1:12])
-        cfg = None if n != 1 else random_config(rng)
         cases.append(Case(f"{n} samples, block size {B}", "sampling", {
-            "cfg": cfg, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(1, 60)), cfg),
+            "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 60))),
             "n": n, "max_new": int(rng.integers(4, 16)), "temperature": float(rng.uniform(0.6, 1.5)),
-            "seed": int(rng.integers(1 << 30)), "n_blocks": 200, "block_size": B}))
+            "seed": seed(rng), "n_blocks": 200, "block_size": B}))
     return cases
 
 
@@ -86,7 +118,7 @@ def plan_beam_search(rng):
     for k in (2, int(rng.integers(3, 5)), int(rng.integers(5, 7))):
         B = pick(rng, ODD_BLOCK_SIZES[1:12])
         cases.append(Case(f"beam width {k}, block size {B}", "beams", {
-            "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(1, 40))),
+            "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 40))),
             "k": k, "steps": int(rng.integers(4, 12)), "n_blocks": 300, "block_size": B}))
     return cases
 
@@ -97,10 +129,12 @@ PLANS = {
     "copy_on_write.n_minus_1": plan_n_minus_1,
     "copy_on_write.copied_data": plan_copied_data,
     "copy_on_write.free": plan_free,
+    "copy_on_write.sharing_invariance": plan_sharing_invariance,
     "copy_on_write.parallel_sampling": plan_parallel_sampling,
     "copy_on_write.beam_search": plan_beam_search,
 }
-JUDGES = {check: script_judge for check in list(PLANS)[:5]}
+JUDGES = {**dict.fromkeys(list(PLANS)[:6], sharing_judge),
+          "copy_on_write.parallel_sampling": sampling_judge, "copy_on_write.beam_search": beam_judge}
 
 
 def test_copy_on_write(case, judge):

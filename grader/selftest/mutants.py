@@ -1,7 +1,7 @@
 """Mutants of the reference: realistic student bugs, each written as data applied to the text of
 solution/paged_kv.py.
 
-    Mutant(name, part, bug, edits, witness)
+    Mutant(name, part, bug, edits, witness, also)
 
 `edits` is a list of (find, replace) pairs; every `find` must occur EXACTLY ONCE in the reference
 (`apply` asserts it), so a refactor of the reference breaks this file loudly instead of silently
@@ -10,6 +10,12 @@ cost. `bug` says what is wrong and how verify_corpus.py showed it differs from t
 observed difference, measured in-process against the reference); `witness` names the check in
 verify_corpus.py that demonstrates it (that check must fail on the mutant, and it is a check of
 `part`).
+
+One bug, one charge: a mutant may cost points in `part` only, in the hidden grader and in the
+public tests alike (selftest/cascade.py measures it, run.py enforces it). `also` names the other
+parts a bug truly spans, when a part relies on what the contract lets it rely on and the bug breaks
+exactly that (e.g. a copy_block that changes the source's refcount breaks copy-on-write's
+refcounts); `bug` then says why, after "Spans".
 
 Every mutant changes behaviour the contract specifies and grades: nothing here differs only in
 error wording, wrong-type inputs, views vs copies, or other items of "What is not graded".
@@ -30,6 +36,12 @@ class Mutant:
     bug: str
     edits: tuple
     witness: str = ""
+    also: tuple = ()
+
+    @property
+    def parts(self):
+        """Every part the bug may cost points in: its own first."""
+        return (self.part, *self.also)
 
 
 def reference_text():
@@ -88,9 +100,10 @@ MUTANTS = [
     M("decref_frees_at_one", "allocator",
       "Off by one in decref: the block is freed when its refcount drops to 1 instead of 0. Verified: alloc, "
       "incref twice, decref twice -> n_used is 0 while refcount is 1 (contract: n_used 1), and the block is "
-      "handed out again by the next alloc.",
+      "handed out again by the next alloc. Spans copy_on_write: a shared block is freed while another sequence "
+      "still holds it and handed out again, so copy-on-write and free corrupt the sharing sequences' tables.",
       (("        self._ref[b] -= 1\n        if self._ref[b] == 0:", "        self._ref[b] -= 1\n        if self._ref[b] == 1:"),),
-      "a_refcount"),
+      "a_refcount", ("copy_on_write",)),
     M("n_used_counts_refs", "allocator",
       "n_used sums the refcounts (double-counts shared blocks) instead of counting blocks in use. Verified: "
       "one block with refcount 3 reports n_used 3 (contract: 1).",
@@ -131,22 +144,25 @@ MUTANTS = [
       ((_ALLOC_HEAD + "        b = heapq.heappop(self._free)\n        self._ref[b] = 1\n        self._used += 1\n",
         "        self._used += 1\n" + _ALLOC_HEAD + "        b = heapq.heappop(self._free)\n        self._ref[b] = 1\n"),),
       "a_exhaust"),
-    M("copy_block_no_v", "allocator",
+    M("copy_block_no_v", "copy_on_write",
       "copy_block copies K but not V. Verified: after copy_block(1) -> 0, v[:, 0] still holds block 0's old "
-      "data (contract: equal to v[:, 1] in every layer).",
-      (("        self.v[:, new] = self.v[:, b]\n", ""),), "a_copy"),
-    M("copy_block_layer0", "allocator",
+      "data (contract: equal to v[:, 1] in every layer). Part 4 owns that a copied block holds its source's K/V.",
+      (("        self.v[:, new] = self.v[:, b]\n", ""),), "c_copy_data"),
+    M("copy_block_layer0", "copy_on_write",
       "copy_block copies only layer 0. Verified (3-layer Config): k[1:, new] differs from k[1:, src].",
       (("self.k[:, new] = self.k[:, b]", "self.k[0, new] = self.k[0, b]"),
-       ("self.v[:, new] = self.v[:, b]", "self.v[0, new] = self.v[0, b]")), "a_copy"),
+       ("self.v[:, new] = self.v[:, b]", "self.v[0, new] = self.v[0, b]")), "c_copy_data"),
     M("copy_block_decrefs_source", "allocator",
       "copy_block also drops the source's reference (it thinks it does the whole copy-on-write). Verified: "
-      "alloc b, copy_block(b) -> refcount(b) 0 (contract: source refcount unchanged, 1).",
-      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.decref(b)\n"),), "a_copy"),
+      "alloc b, copy_block(b) -> refcount(b) 0 (contract: source refcount unchanged, 1). Spans copy_on_write: "
+      "copy-on-write relies on copy_block leaving the source's refcount alone; here the shared block is freed "
+      "while a sequence still holds it.",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.decref(b)\n"),), "a_copy", ("copy_on_write",)),
     M("copy_block_increfs_source", "allocator",
       "copy_block increments the source's refcount. Verified: alloc b, copy_block(b) -> refcount(b) 2 "
-      "(contract: 1).",
-      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.incref(b)\n"),), "a_copy"),
+      "(contract: 1). Spans copy_on_write: after every copy-on-write the shared block keeps a reference nobody "
+      "holds, so the sharing's refcounts are off and its last holder copies too.",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.incref(b)\n"),), "a_copy", ("copy_on_write",)),
     M("copy_block_no_count", "allocator",
       "copy_block never increments n_copies. Verified: after a copy n_copies is 0 (contract: 1).",
       (("        self.n_copies += 1\n", ""),), "a_copy"),
@@ -181,11 +197,22 @@ MUTANTS = [
       "decref does not detect a double free: the refcount goes to -1. Verified: alloc, decref, decref -> "
       "no ValueError, refcount -1 (contract: ValueError, pool unchanged).",
       ((_DECREF_HEAD, "        b = _as_int(b, \"block id\")\n        self._ref[b] -= 1\n"),), "a_double_free"),
+    M("refcount_free_raises", "allocator",
+      "refcount of a free block raises ValueError (treating it like the other operations on a free block) "
+      "instead of returning 0. Verified: refcount(0) of a fresh pool raises ValueError (contract: 0).",
+      ((_REFCOUNT_RANGE, _REFCOUNT_RANGE.replace("        return self._ref[b]",
+                                                 "        if self._ref[b] == 0:\n            raise ValueError(f\"block {b} is free\")\n"
+                                                 "        return self._ref[b]")),), "a_free_block_ops"),
+    M("n_free_off_by_one", "allocator",
+      "n_free is computed as n_blocks - n_used - 1 (one block kept back by mistake). Verified: a fresh 8-block "
+      "pool reports n_free 7 (contract: 8).",
+      (("        return self.n_blocks - self._used\n", "        return self.n_blocks - self._used - 1\n"),), "a_fresh"),
     M("storage_tiny_shape", "allocator",
       "Storage shape hard-coded for TINY (2 layers, 4 heads, d_head 16). Verified: a pool for a 3-layer, "
-      "3-head, d_head 8 Config has k.shape (2, n, B, 4, 16) (contract: (3, n, B, 3, 8)).",
+      "3-head, d_head 8 Config has k.shape (2, n, B, 4, 16) (contract: (3, n, B, 3, 8)). Spans paged_step: "
+      "paged_step stores K/V in the pool's storage, whose shape is Part 1's: on other Configs it cannot.",
       (("shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)",
-        "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh"),
+        "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh", ("paged_step",)),
 
     # ------------------------------------------------------------- Part 2: paged KV and the paged step
     M("slots_swapped", "paged_step",
@@ -214,14 +241,17 @@ MUTANTS = [
       (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv"),
     M("blocks_floor_plus_one", "paged_step",
       "Blocks needed computed as (length + n) // B + 1 instead of ceil: one block too many whenever the new "
-      "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1).",
+      "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1). "
+      "Spans copy_on_write: a fork shares the extra, empty block, and both holders then write into it without a "
+      "copy (the copy-on-write rule relies on a table holding ceil(length / B) blocks).",
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size + 1"),),
-      "p_boundaries"),
+      "p_boundaries", ("copy_on_write",)),
     M("blocks_floor", "paged_step",
       "Blocks needed computed as (length + n) // B (floor): a partly filled last block is never allocated. "
-      "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block).",
+      "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block). Spans "
+      "copy_on_write: reserve leaves no block for a partly filled position, so sharing scripts cannot grow.",
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size"),),
-      "p_boundaries"),
+      "p_boundaries", ("copy_on_write",)),
     M("outputs_sorted_by_length", "paged_step",
       "The logits come back shortest-chunk-first (a 'batching' optimisation) instead of in list order. "
       "Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) (contract: one per sequence, "
@@ -298,17 +328,29 @@ MUTANTS = [
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
       (("        for layer in range(cfg.n_layers):\n", "        for layer in range(2):\n"),), "p_equiv"),
-    M("storage_float32", "paged_step",
+    M("storage_float32", "allocator",
       "K/V storage in float32. Verified: paged logits differ from the float64 contiguous forward by ~1e-6 "
-      "(contract: float64, equal to 1e-10).",
+      "(contract: float64, equal to 1e-10). Spans paged_step and copy_on_write: every K/V stored in the "
+      "pool loses precision, so logits (Part 2) and the K/V read back through the tables (Part 4) are off by ~1e-7.",
       (("self.k = np.zeros(shape)", "self.k = np.zeros(shape, dtype=np.float32)"),
-       ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "p_equiv"),
+       ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "a_fresh", ("paged_step", "copy_on_write")),
     M("read_old_length", "paged_step",
       "read gathers self.length positions, ignoring its length argument, so the chunk just written (beyond "
       "self.length, within the capacity) is missing. Verified: after reserve(7) and write, read(1, 9) "
       "returns 0 rows instead of 9.",
       (("        b, s = _slots(self.blocks, self.pool.block_size, 0, length)\n",
         "        b, s = _slots(self.blocks, self.pool.block_size, 0, self.length)\n"),), "p_write_read"),
+    M("positions_restart_at_zero", "paged_step",
+      "Every step starts its chunk at position 0 (as if each step were a new prompt): K/V are written over "
+      "positions 0..T-1, attention sees only the chunk, and length becomes T. Verified: the first decode after a "
+      "prefill gives logits different from the contiguous forward.",
+      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv"),
+    M("count_sharers_not_capped", "paged_step",
+      "The step's count charges one copy per sequence writing into a shared, partly filled last block (n for n "
+      "holders) instead of min(n, refcount - 1): the last holder writes in place and needs none. Verified: 3 "
+      "holders of one block each write a token with exactly 2 + 0 blocks free: MemoryError (contract: it fits).",
+      (("need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += n if pools[pid].refcount(b) > 1 else 0"),),
+      "p_exact_count"),
     M("reserve_partial", "paged_step",
       "reserve allocates block by block without checking first, so a failed reserve keeps the blocks it got. "
       "Verified: 1 free block, reserve(9) with B=4 -> MemoryError with one block added to the table "
@@ -359,6 +401,12 @@ MUTANTS = [
     M("bw_scale_tiny", "blockwise_attention",
       "Scale hard-coded to TINY's d_head 16. Verified: a d_head 8 Config differs from attention_core.",
       ((_BW_SCORES, _BW_SCORES.replace("np.sqrt(q.shape[-1])", "np.sqrt(16)")),), "b_equiv"),
+    M("bw_max_over_heads", "blockwise_attention",
+      "The softmax subtracts one maximum over all heads (and blocks) instead of each head's own: fine for small "
+      "scores, but a head whose scores lie far below another's underflows to 0 / 0. Verified: queries scaled by "
+      "60 give NaN (contract: equal to attention_core).",
+      (("    top = np.max([s.max(axis=-1) for s in scores], axis=0)[:, None]",
+        "    top = np.max([s.max() for s in scores])"),), "b_equiv"),
     M("bw_uses_read", "blockwise_attention",
       "Gathers K/V with seq.read and calls attention_core (forbidden: the contract lets the tests pass an "
       "object with only the listed attributes). Verified: a plain attribute object raises AttributeError.",
@@ -425,8 +473,26 @@ MUTANTS = [
       (("        for b in self.blocks:\n            self.pool.decref(b)\n        self.blocks",
         "        for b in self.blocks:\n            while self.pool.refcount(b) > 0:\n                self.pool.decref(b)\n"
         "        self.blocks"),), "c_free"),
+    M("free_keeps_length", "copy_on_write",
+      "free gives every block back and empties the table but leaves length as it was. Verified: after free of "
+      "a 6-token sequence, length is 6 (contract: 0), and its next step starts at position 6 with no blocks.",
+      (("        self.blocks, self.length = [], 0\n", "        self.blocks = []\n"),), "c_free"),
+    M("cow_copies_first_block", "copy_on_write",
+      "Copy-on-write copies the table's FIRST block instead of the shared last one (and decrefs the last): the "
+      "new last block holds the wrong K/V. Verified: after a fork of a 6-token sequence (B=4) reserve(1) on the "
+      "child gives a last block whose 2 filled slots hold positions 0-1's K/V, not 4-5's.",
+      (("            self.blocks[-1] = self.pool.copy_block(shared)\n",
+        "            self.blocks[-1] = self.pool.copy_block(self.blocks[0])\n"),), "c_reserve_cow"),
+    M("cow_checks_first_block", "copy_on_write",
+      "Copy-on-write decides from the refcount of the table's FIRST block instead of the last: a sequence whose "
+      "prompt blocks are shared but whose last block is private copies it anyway, and one whose last block is "
+      "shared but first is not writes into the shared block. Verified: fork, then both holders write: the "
+      "child's copy is made, then the parent copies its private block too (contract: n - 1 copies).",
+      (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
+        "return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[0]) > 1"),), "c_cow_step"),
 ]
 
 BY_NAME = {m.name: m for m in MUTANTS}
 assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
-assert all(m.part in PARTS for m in MUTANTS)
+assert all(p in PARTS for m in MUTANTS for p in m.parts)
+assert all(("Spans" in m.bug) == bool(m.also) for m in MUTANTS), "a mutant that spans parts says why (\"Spans ...\")"

@@ -7,6 +7,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
 
   * the reference scores 100 and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
+  * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
+    not labelled with; the reference and every correct variant pass every public test;
   * every correct variant scores exactly 100;
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
@@ -45,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
+from grader.selftest import cascade  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
@@ -69,6 +72,7 @@ class Sub:
     name: str
     text: str
     part: str = ""            # mutants: the part it must cost
+    parts: tuple = ()         # mutants: every part it may cost (its own first)
     base: str = ""            # hostile: stubs | solution | mutant name; again: the graded twin's key
     key: str = ""
     path: Path = None
@@ -78,6 +82,7 @@ class Sub:
     data: dict = None
     raw: bytes = b""
     stderr: str = ""
+    public: dict = None       # our own corpus: {part: [failing public tests]}
     problems: list = field(default_factory=list)
 
     @property
@@ -98,7 +103,7 @@ def corpus(only, port):
     needed = {h.base for h in hostile_mod.HOSTILES} if want_hostile else set()
     for m in mutants_mod.MUTANTS:
         if want_mutants or m.name in needed:
-            subs.append(Sub("mutant", m.name, mutants_mod.apply(m), part=m.part))
+            subs.append(Sub("mutant", m.name, mutants_mod.apply(m), part=m.part, parts=m.parts))
     if only in (None, "variants"):
         for p in sorted((HERE / "variants").glob("*.py")):
             if not p.name.startswith("_"):
@@ -155,6 +160,8 @@ def grade(s, root):
     with open(log, "rb") as f:
         f.seek(max(0, log.stat().st_size - 4000))
         s.stderr = f.read().decode("utf-8", "replace")
+    if s.kind in ("reference", "mutant", "variant"):      # our own corpus: safe to run outside the sandbox
+        s.public = cascade.public_failures(s.path.parent)
     if s.exit not in (0, None):
         s.problems.append(f"the grader exited {s.exit}: {s.stderr.strip()[-600:]}")
     try:
@@ -413,12 +420,20 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
     for s in subs:
         if s.data is None:
             continue
+        if s.kind in ("reference", "variant") and s.public:
+            failures.append(f"{s.kind} {s.name} fails public tests: {s.public}")
         if s.kind == "mutant":
+            losses = cascade.hidden_losses(s.data, PARTS)
+            hidden, public = cascade.outside(s.parts, losses, s.public or {})
             if s.score >= 100 - EPS:
                 failures.append(f"mutant {s.name} ({s.part}) survives: scores {s.score}")
             elif s.lost(s.part) <= EPS:
-                lost = {p: round(s.lost(p), 2) for p in PARTS if s.lost(p) > EPS}
+                lost = {p: round(v, 2) for p, v in losses.items() if v > EPS}
                 failures.append(f"mutant {s.name} loses points only outside its part {s.part}: {lost}")
+            if hidden:
+                failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) loses points in other parts: {hidden}")
+            if public:
+                failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) fails public tests of other parts: {public}")
         elif s.kind == "variant" and abs(s.score - 100) > EPS:
             bad = [f"{t.get('name')}: {t.get('score')}/{t.get('max_score')}" for t in s.data["tests"]
                    if float(t.get("score", 0)) < float(t.get("max_score", 0)) - EPS]
@@ -512,6 +527,13 @@ def summarize(subs, wall, failures, notes, kept_root):
             per.append(f"{p} {sum(s in own for s in pm)}/{len(pm)}")
         lines.append(f"mutation score: {len(killed)}/{len(ms)} killed, {len(own)}/{len(ms)} in their own part "
                      f"({', '.join(per)})")
+    if ms:
+        alone = [s for s in ms if s.data is not None and not any(cascade.outside(s.parts, cascade.hidden_losses(
+            s.data, PARTS), s.public or {}))]
+        labelled = [s for s in ms if len(s.parts) > 1]
+        lines.append(f"one bug, one charge: {len(alone)}/{len(ms)} mutants cost points and fail public tests only in "
+                     f"their parts ({len(labelled)} labelled with more than one part: "
+                     + ", ".join(f"{s.name} {'+'.join(s.parts)}" for s in labelled) + ")")
     if vs:
         lines.append(f"correct variants: {len(full)}/{len(vs)} score 100 "
                      + "(" + ", ".join(f"{s.name} {s.score}" for s in vs) + ")")
@@ -528,7 +550,8 @@ def summarize(subs, wall, failures, notes, kept_root):
     lines.append(f"{'FAILED' if failures else 'PASSED'}: {len(failures)} failure(s)")
     lines += [f"  - {f}" for f in failures]
     js = {"passed": not failures, "failures": failures, "notes": notes, "wall_seconds": round(wall, 1),
-          "submissions": [{"key": s.key, "kind": s.kind, "part": s.part, "base": s.base, "score": s.score,
+          "submissions": [{"key": s.key, "kind": s.kind, "part": s.part, "parts": list(s.parts), "base": s.base,
+                           "score": s.score, "public": s.public,
                            "lost": {p: round(s.lost(p), 3) for p in PARTS} if s.data else None,
                            "exit": s.exit, "wall": round(s.wall, 2), "problems": s.problems} for s in subs]}
     return {"text": "\n".join(lines), "json": js}

@@ -259,20 +259,12 @@ def a_exhaust(pk, ref):
 
 @register("allocator")
 def a_copy(pk, ref):
+    """copy_block's ids, refcounts and n_copies (the data it copies is Part 4's: c_copy_data)."""
     pool = pk.BlockPool(ODD, 6, 3)
-    rng = np.random.default_rng(5)
-    pool.k[...] = rng.standard_normal(pool.k.shape)
-    pool.v[...] = rng.standard_normal(pool.v.shape)
-    k1, v1 = np.array(pool.k[:, 1]), np.array(pool.v[:, 1])
     pool.alloc(), pool.alloc()
     pool.decref(0)
     new = int(pool.copy_block(1))
     check(new == 0, f"copy_block allocated {new}, expected the lowest free block 0")
-    check(np.array_equal(pool.k[:, 0], k1) and np.array_equal(pool.v[:, 0], v1),
-          "copy_block: the new block's K and V differ from the source's in some layer "
-          f"(K ok per layer {[bool(np.array_equal(pool.k[i, 0], k1[i])) for i in range(3)]}, "
-          f"V ok per layer {[bool(np.array_equal(pool.v[i, 0], v1[i])) for i in range(3)]})")
-    check(np.array_equal(pool.k[:, 1], k1) and np.array_equal(pool.v[:, 1], v1), "copy_block changed the source")
     st = pool_state(pool)
     check(st == {"ref": [1, 1, 0, 0, 0, 0], "n_used": 2, "n_free": 4, "peak": 2, "n_copies": 1},
           f"after copy_block: {st} (source refcount must stay 1, n_copies 1)")
@@ -588,6 +580,11 @@ def b_equiv(pk, ref):
                     except Exception as e:  # noqa: BLE001
                         raise Fail(f"d_head {cfg.d_head}, B={B}, length {L}, layer {layer}: {type(e).__name__}: {e}")
                     close(got, want, 1e-12, f"d_head {cfg.d_head}, B={B}, length {L}, table {table}, layer {layer}")
+    seq = _fake_seq(TINY, 4, 4, [1, 0, 2], 10, seed=3)          # large scores: each head needs its own maximum
+    q = np.random.default_rng(7).standard_normal((TINY.n_heads, TINY.d_head)) * 3000.0
+    K, V = seq.pool.k[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]], \
+        seq.pool.v[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]]
+    close(pk.blockwise_attention(q, seq, 0), tl.attention_core(q[None, None], K, V, 9)[0, 0], 1e-12, "scores of ~10000")
 
 
 @register("blockwise_attention")
@@ -662,6 +659,24 @@ def c_sequential(pk, ref):
     check(int(pool.n_copies) == 1 and ints(p.blocks) == [0, 1], f"last holder copied: n_copies {pool.n_copies}")
     close(oc[0], contiguous(TINY, [prompt, [4]])[1], 1e-10, "child")
     close(op[0], contiguous(TINY, [prompt, [5]])[1], 1e-10, "parent")
+
+
+@register("copy_on_write")
+def c_copy_data(pk, ref):
+    """A copy holds its source's K and V in every layer (copy-on-write relies on it; Part 4 owns it)."""
+    pool = pk.BlockPool(ODD, 6, 3)
+    rng = np.random.default_rng(5)
+    pool.k[...] = rng.standard_normal(pool.k.shape)
+    pool.v[...] = rng.standard_normal(pool.v.shape)
+    k1, v1 = np.array(pool.k[:, 1]), np.array(pool.v[:, 1])
+    pool.alloc(), pool.alloc()
+    pool.decref(0)
+    new = int(pool.copy_block(1))
+    check(np.array_equal(pool.k[:, new], k1) and np.array_equal(pool.v[:, new], v1),
+          "copy_block: the new block's K and V differ from the source's in some layer "
+          f"(K ok per layer {[bool(np.array_equal(pool.k[i, new], k1[i])) for i in range(3)]}, "
+          f"V ok per layer {[bool(np.array_equal(pool.v[i, new], v1[i])) for i in range(3)]})")
+    check(np.array_equal(pool.k[:, 1], k1) and np.array_equal(pool.v[:, 1], v1), "copy_block changed the source")
 
 
 @register("copy_on_write")

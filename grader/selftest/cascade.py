@@ -1,0 +1,94 @@
+"""One bug, one charge: where each mutant costs points, in the hidden grader and in the public tests.
+
+A mutant labelled with its parts (mutants.Mutant.parts) may cost points in those parts only: in the
+hidden grader (the points its results.json loses per tag) and in the public tests (the tests of
+each part's file that fail). run.py measures both for every mutant and fails on a cascade; this
+module also runs on its own for the public tests alone:
+
+    python -m grader.selftest.cascade [--jobs 2] [--json PATH]     the public tests of every mutant
+
+Public tests run in a subprocess per implementation (pytest with --impl and a junit report), only
+on our own corpus: hostile submissions never run outside the sandbox.
+"""
+import argparse
+import concurrent.futures
+import json
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+TESTS = REPO / "tests"
+PUBLIC_FILES = {"test_allocator": "allocator", "test_paged_step": "paged_step",
+                "test_blockwise_attention": "blockwise_attention", "test_copy_on_write": "copy_on_write"}
+PUBLIC_TIMEOUT = 900.0
+
+
+def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT):
+    """{part: [names of failing public tests]} for the paged_kv.py in impl_dir; {"(run)": [why]} when
+    the public tests could not run at all."""
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", str(TESTS), "-c", str(TESTS / "pytest.ini"), f"--rootdir={TESTS}",
+               f"--impl={impl_dir}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {"(run)": [f"the public tests took more than {timeout:g} s"]}
+        if not junit.is_file():
+            return {"(run)": [(proc.stdout + proc.stderr).strip()[-300:] or f"pytest exit {proc.returncode}"]}
+        failed = {}
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                module = case.get("classname", "").split(".")[-1]
+                failed.setdefault(PUBLIC_FILES.get(module, module), []).append(case.get("name"))
+        return failed
+
+
+def hidden_losses(results, parts):
+    """Points lost per part (tag) in a results.json."""
+    return {p: sum(float(t.get("max_score", 0)) - float(t.get("score", 0))
+                   for t in (results or {}).get("tests", []) if p in (t.get("tags") or [])) for p in parts}
+
+
+def outside(parts, losses, failures, eps=1e-6):
+    """What a mutant labelled `parts` costs elsewhere: ({part: points}, {part: [public tests]})."""
+    return ({p: round(v, 2) for p, v in losses.items() if v > eps and p not in parts},
+            {p: names for p, names in failures.items() if p not in parts})
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", help="write every mutant's public failures here")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import mutants
+    with tempfile.TemporaryDirectory() as root:
+        dirs = {}
+        for m in mutants.MUTANTS:
+            d = Path(root) / m.name
+            d.mkdir()
+            (d / "paged_kv.py").write_text(mutants.apply(m))
+            dirs[m.name] = d
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            found = dict(zip(dirs, pool.map(public_failures, dirs.values())))
+    spread = 0
+    for m in mutants.MUTANTS:
+        _, elsewhere = outside(m.parts, {}, found[m.name])
+        spread += bool(elsewhere)
+        own = sum(len(found[m.name].get(p, [])) for p in m.parts)
+        print(f"{'+'.join(m.parts):40s} {m.name:28s} public tests failing: own {own:3d}"
+              + (f"; ELSEWHERE {elsewhere}" if elsewhere else ""))
+    print(f"\n{spread} of {len(mutants.MUTANTS)} mutants fail public tests outside their parts")
+    if args.json:
+        Path(args.json).write_text(json.dumps(found, indent=1))
+    return 1 if spread else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""What each part owns, checked on the plain data a scenario returns. The public tests and the hidden
+grader judge with these same functions, so a mistake costs points once, in its own part:
+
+- Part 2 owns logits, lengths, errors and all-or-nothing, and the SHAPE of the block tables. Which
+  physical id a block has is Part 1's: `part2_view` names every block by its place in the order a
+  fresh pool of the same implementation hands blocks out (scenarios.alloc_order), so any allocator
+  gives the same view, while the order in which a step asks for blocks (list order) still shows.
+- Part 4 owns sharing: `sharing_violation` replays the contract's rules for fork, free and
+  copy-on-write on the tables and refcounts observed before each action, and never looks at n_used,
+  peak_used or n_copies (Part 1's counters) or at which ids the allocator picks; `kv_difference`
+  compares what sequences read back through their tables.
+- The drivers: `sampling_violation` and `beam_violation` judge the sharing the pool shows after
+  every step (blocks in use, shared prompt blocks, copies, leaks); the savings they report are
+  computed by `savings`.
+
+Every function takes plain data and returns a sentence (what is wrong, where) or None.
+"""
+import math
+
+from explain import describe_action, draw_tables, first_difference
+
+TOL_LOGITS = 1e-10
+STATE = ("tables", "lengths", "refcounts", "n_used", "n_free", "peak_used", "n_copies")
+
+
+def error_kind(error):
+    return None if error is None else error["kind"]
+
+
+# ------------------------------------------------------------------------------------------ Part 2
+def canonical(table, order):
+    """A table with every block named by its place in the allocator's order (#0 = the first block a
+    fresh pool hands out); an id outside that order keeps its id, as the string "id N"."""
+    where = {b: i for i, b in enumerate(order)}
+    return [where[b] if isinstance(b, int) and b in where else f"id {b}" for b in table]
+
+
+def part2_view(result, order=None):
+    """The Part 2 observables of a step_script result, one record per action: the result (logits,
+    reads), the error's kind, the lengths, the tables by allocation order, the K/V read through the
+    tables, and for an action that raised, whether it changed anything at all. From the first "share"
+    or "mirror" on (blocks are shared, so the next write into a partly filled one copies it) only
+    errors and all-or-nothing are Part 2's: the copy is Part 4's."""
+    order = result["order"] if order is None else order
+    view, before, shared = [], None, False
+    for rec in result["records"]:
+        shared = shared or rec["op"][0] in ("share", "mirror")
+        row = {"error": error_kind(rec["error"])}
+        if not shared:          # a block the test shares: its copy (Part 4) decides tables, K/V and logits
+            row.update(result=None if rec["op"][0] == "alloc" else rec["result"], lengths=rec["lengths"],
+                       tables=[canonical(t, order) for t in rec["tables"]])
+            if "kv" in rec:
+                row["kv"] = rec["kv"]
+        before = rec.get("before", before)
+        if rec["error"] is not None and before is not None:
+            row["unchanged"] = [k for k in STATE if before[k] != rec[k]] == []
+        view.append(row)
+        before = rec
+    return view
+
+
+def short_table(records, block_size):
+    """The first record where a sequence's table holds fewer blocks than its length needs (a step
+    raised half-way, or grew the length without the blocks), as a sentence; else None."""
+    for n, rec in enumerate(records, 1):
+        for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
+            if isinstance(length, int) and len(table) < math.ceil(length / block_size):
+                return (f"after action {n} of {len(records)}, {describe_action(rec['op'])}: seq {s} has length "
+                        f"{length} but {len(table)} block{'s' * (len(table) != 1)} of {block_size}: its table must "
+                        f"hold ceil({length} / {block_size}) = {math.ceil(length / block_size)}")
+    return None
+
+
+# ------------------------------------------------------------------------------------------ Part 4
+NORMAL_COPY = {"source_delta": 0, "copy_refcount": 1, "copies_data": True}    # scenarios.copy_probe of a correct pool
+
+
+class _Fail(Exception):
+    pass
+
+
+def sharing_violation(records, block_size):
+    """The first action whose effect on the tables and refcounts breaks Part 4's rules, or None.
+
+    fork shares the whole table (same ids, same length; each block's refcount + 1); free empties the
+    table (each refcount - 1); reserve, grow and step keep every block of a table but the last, and
+    replace the last only by copy-on-write: a partly filled last block that w of the writing
+    sequences hold, with refcount r > 1, is copied as many times as writing sequences find it still
+    shared (r - 1 copies for r holders, when copy_block leaves the source's refcount alone), each copy
+    a block nobody held; new blocks are blocks nobody held, each with refcount 1; nothing else changes."""
+    before = {"tables": [], "lengths": [], "refcounts": None}
+    for n, rec in enumerate(records, 1):
+        if rec["error"] is None:
+            try:
+                _check_action(rec["op"], before, rec, block_size)
+            except _Fail as e:
+                lines = [f"after action {n} of {len(records)}, {describe_action(rec['op'])}: {e}"]
+                if before["refcounts"] is not None:
+                    lines.append(draw_tables("before", before["tables"], before["lengths"], block_size,
+                                             before["refcounts"]))
+                lines.append(draw_tables("after", rec["tables"], rec["lengths"], block_size, rec["refcounts"]))
+                return "\n".join(lines)
+        before = rec
+    return None
+
+
+def copies_made(records, block_size):
+    """How many copy-on-write copies each action made, seen in the tables: a table whose last block
+    (the one holding its last position before the action) was replaced."""
+    out, before = [], {"tables": [], "lengths": []}
+    for rec in records:
+        op, made = rec["op"], 0
+        if op[0] in ("step", "grow", "reserve") and rec["error"] is None:
+            for i in (op[1] if op[0] == "step" else [op[1]]):
+                old = before["tables"][i]
+                if old and len(rec["tables"][i]) >= len(old) and rec["tables"][i][len(old) - 1] != old[-1]:
+                    made += 1
+        out.append(made)
+        before = rec
+    return out
+
+
+def _check_action(op, before, after, B):
+    name = op[0]
+    t0, t1, rc1 = before["tables"], after["tables"], free_as_zero(after["refcounts"])
+    rc0 = free_as_zero(before["refcounts"]) if before["refcounts"] is not None else [0] * len(rc1)
+    if any(not isinstance(r, int) for r in rc1):
+        raise _Fail(f"refcount() did not return an integer for every block (got {_first_bad(rc1)})")
+    expected = list(rc0)
+    held_before = {b for t in t0 for b in t}
+    if name == "new":
+        _same_tables(t0, t1[:-1], range(len(t0)))
+        if t1[-1] != [] or after["lengths"][-1] != 0:
+            raise _Fail(f"a new sequence must have no blocks and length 0, it has {t1[-1]}, length {after['lengths'][-1]}")
+    elif name == "fork":
+        i = op[1]
+        _same_tables(t0, t1[:-1], range(len(t0)))
+        if t1[-1] != t0[i] or after["lengths"][-1] != before["lengths"][i]:
+            raise _Fail(f"the fork must share seq {i}'s whole table {t0[i]} with its length {before['lengths'][i]}; "
+                        f"it has {t1[-1]}, length {after['lengths'][-1]}")
+        for b in t0[i]:
+            expected[b] += 1
+    elif name == "free":
+        i = op[1]
+        _same_tables(t0, t1, [j for j in range(len(t0)) if j != i])
+        if t1[i] != [] or after["lengths"][i] != 0:
+            raise _Fail(f"after free() seq {i} must have no blocks and length 0, it has {t1[i]}, length "
+                        f"{after['lengths'][i]}")
+        for b in t0[i]:
+            expected[b] -= 1
+    elif name in ("step", "grow", "reserve"):
+        idx = op[1] if name == "step" else [op[1]]
+        _same_tables(t0, t1, [j for j in range(len(t0)) if j not in idx])
+        _advance(idx, before, after, B, expected, held_before)
+    if rc1 != expected:
+        b = next(b for b, (e, g) in enumerate(zip(expected, rc1)) if e != g)
+        holders = sum(t.count(b) for t in t1)
+        raise _Fail(f"block {b} should have refcount {expected[b]} (it was {rc0[b]}; {holders} table"
+                    f"{'s' * (holders != 1)} hold{'s' * (holders == 1)} it now), got {rc1[b]}")
+
+
+def _advance(idx, before, after, B, expected, held_before):
+    """Writers of one step (or one reserve): the copies due, the kept prefixes, the new blocks."""
+    t0, t1, rc0 = before["tables"], after["tables"], expected[:]
+    writers = {}
+    for i in idx:
+        if t0[i] and before["lengths"][i] % B:
+            writers.setdefault(t0[i][-1], []).append(i)
+    due = {}
+    for b, who in writers.items():              # each writer in turn finds the block still shared, or not
+        rc, n = rc0[b], 0
+        for _ in who:
+            if rc > 1:
+                n += 1
+                rc -= 1
+        due[b] = n
+    fresh = set()
+    for i in idx:
+        old, new = t0[i], t1[i]
+        if new[:max(0, len(old) - 1)] != old[:-1]:
+            raise _Fail(f"seq {i}'s table was {old}; every block but the last must stay, it is {new}")
+        if len(new) < len(old):
+            raise _Fail(f"seq {i}'s table lost blocks: {old} became {new}")
+        added = new[len(old):]
+        if old and new[len(old) - 1] != old[-1]:
+            b = old[-1]
+            if not writers.get(b) or i not in writers[b]:
+                why = "it is full" if before["lengths"][i] % B == 0 else "nobody else holds it"
+                raise _Fail(f"seq {i}'s last block {b} was replaced by {new[len(old) - 1]}, but {why}: copy-on-write "
+                            "copies only a partly filled last block that is shared (refcount > 1)")
+            due[b] -= 1
+            expected[b] -= 1
+            added = [new[len(old) - 1], *added]
+            if due[b] < 0:
+                raise _Fail(f"block {b} (refcount {rc0[b]}, written by {len(writers[b])} of its holders) was copied "
+                            f"too often: with r holders, r - 1 copies; the last holder writes in place")
+        for b in added:
+            if b in held_before or b in fresh or not isinstance(b, int) or not 0 <= b < len(expected) or rc0[b] != 0:
+                raise _Fail(f"seq {i} got block {b}, which was not free (a new block or a copy must be a block "
+                            "nobody held)")
+            fresh.add(b)
+            expected[b] = 1
+    late = {b: n for b, n in due.items() if n > 0}
+    if late:
+        b = next(iter(late))
+        raise _Fail(f"block {b} is partly filled and shared (refcount {rc0[b]}) and {len(writers[b])} of its holders "
+                    f"wrote into it, so {late[b] + sum(1 for i in writers[b] if t1[i][len(t0[i]) - 1] != b)} "
+                    f"cop{'y was' if late[b] == 1 else 'ies were'} due; {late[b]} did not happen (copy-on-write in "
+                    "reserve: copy a partly filled last block whose refcount is > 1)")
+
+
+def free_as_zero(refcounts):
+    """Refcounts as Part 4 reads them: a refcount() that raises ValueError for a block counts it as
+    free (0); whether refcount() of a free block answers 0 is Part 1's business."""
+    return [0 if r == "error: ValueError" else r for r in refcounts]
+
+
+def _same_tables(t0, t1, which):
+    for j in which:
+        if t1[j] != t0[j]:
+            raise _Fail(f"seq {j} was not part of this action, but its table changed from {t0[j]} to {t1[j]}")
+
+
+def _first_bad(values):
+    return next(v for v in values if not isinstance(v, int))
+
+
+def kv_difference(expected, got):
+    """Where two sequences' K/V (scenarios.gathered_kv) first differ, as a sentence; None if they agree."""
+    if "short" in got or "short" in expected:
+        return "its table holds too few blocks for its length" if "short" in got else "it has K/V where none was due"
+    for name in "kv":
+        e, g = expected[name], got[name]
+        if e.shape != g.shape:
+            return f"{name.upper()} has shape {g.shape}, expected {e.shape} ([n_layers, length, H, Dh])"
+        why = first_difference(e, g, TOL_LOGITS)
+        if why:
+            return f"{name.upper()} (index [layer, position, head, d]): {why}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ the drivers
+def savings(steps):
+    """Blocks saved by sharing over the run: 1 - (blocks in use) / (blocks each live sequence would
+    hold alone), summed over the steps, as the lecture's demos 3 and 4 print it."""
+    used = sum(s["in_use"] for s in steps)
+    alone = sum(len(t) for s in steps for t in s["tables"])
+    return 1 - used / alone if alone else 0.0
+
+
+def pool_view_violation(steps, in_use_after):
+    """After every step the blocks in use are exactly the blocks the live tables hold (nothing leaked,
+    nothing held twice as much), and after the driver freed everything, no block is in use."""
+    for t, s in enumerate(steps):
+        distinct = len({b for table in s["tables"] for b in table})
+        if s["in_use"] != distinct:
+            return (f"after step {t}, {s['in_use']} blocks have refcount > 0, but the live sequences' tables hold "
+                    f"{distinct} distinct blocks: {'a block leaked' if s['in_use'] > distinct else 'a held block is free'}")
+    if in_use_after != 0:
+        return f"after every sequence was freed, {in_use_after} blocks still have refcount > 0 (a leak)"
+    return None
+
+
+def sampling_violation(steps, prompt_len, n, block_size):
+    """Parallel sampling: the prompt's full blocks are shared by all n samples at every step, nothing
+    else is shared, and the partly filled prompt block is copied by n - 1 samples (none if the prompt
+    fills whole blocks)."""
+    full = prompt_len // block_size
+    for t, s in enumerate(steps):
+        tables = s["tables"]
+        if len({tuple(table[:full]) for table in tables}) != 1 or any(len(table) < full for table in tables):
+            return f"after step {t}, the {full} full blocks of the prompt are not shared by all {n} samples: {tables}"
+        rest = [b for table in tables for b in table[full:]]
+        if t > 0 and len(rest) != len(set(rest)):
+            return f"after step {t}, samples share blocks past the prompt's full blocks: {tables}"
+    if len(steps) > 1 and prompt_len % block_size:
+        first, second = steps[0]["tables"], steps[1]["tables"]
+        copies = sum(1 for a, b in zip(first, second) if len(a) > full and len(b) > full and a[full] != b[full])
+        if copies != n - 1:
+            return (f"the prompt's last block (partly filled: {prompt_len} % {block_size} = {prompt_len % block_size}) was "
+                    f"copied {copies} times at the first step; {n} samples sharing it need {n - 1} copies")
+    return None
