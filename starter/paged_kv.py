@@ -6,8 +6,9 @@ Part 2  PagedSequence,       K/V written and read through a block table;
 Part 3  blockwise_attention  the vLLM paper's eq. 4, one block at a time
 Part 4  PagedSequence.fork   sharing, and lazy copy-on-write inside `reserve`
 
-Read assignment.md first: it has the pictures, the exact rules and an FAQ. Every function below
-raises NotImplementedError("TODO Part N: ..."); replace the body, keep the name and the arguments.
+assignment.md is the specification: "The rules at a glance" lists every graded rule, and the
+section named in each docstring below states it in full, with examples. Every function raises
+NotImplementedError("TODO Part N: ..."); replace the body, keep the name and the arguments.
 You may add helper functions, classes, attributes and private methods. Use only numpy, the
 standard library and the lab modules imported here.
 
@@ -22,29 +23,19 @@ import numpy as np  # noqa: F401
 # ============================================================== Part 1: the block allocator
 class BlockPool:
     """A fixed number of physical KV blocks, each holding `block_size` token slots of K and V for
-    every layer, with a reference count per block.
+    every layer, with a reference count per block (0: free).
 
-    A block is free when its refcount is 0 and in use when it is >= 1. A block id is an integer
-    in [0, n_blocks); numpy integers must be accepted as ids, and the ids you hand out should be
-    Python ints (`int(...)`), so block tables print as [0, 2, 4].
-
-    Errors (the pool must be unchanged after any of them):
-      - ValueError: an id outside [0, n_blocks) (negative ids too: no Python-style wrap-around)
-        given to incref, decref, refcount or copy_block; incref, decref or copy_block of a FREE
-        block (a decref of a free block is a double free).
-      - MemoryError: alloc or copy_block when no block is free.
+    Block ids are integers in [0, n_blocks): accept numpy integers, hand out Python ints. Any bad
+    id (outside the range, negative, or of a free block where one in use is needed) is a
+    ValueError with the pool unchanged; a float id is a ValueError too, not a TypeError, because
+    the assignment uses one error for every bad id (not graded).
+    assignment.md, "Part 1: the block allocator" (its table lists every error).
     """
 
     def __init__(self, cfg, n_blocks, block_size):
-        """Set the attributes `cfg`, `n_blocks`, `block_size` and `n_copies = 0`, and the storage
-
-            self.k, self.v   two separate float64 zero arrays, each of shape
-                             [cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head]
-
-        so that slot s of physical block b in layer l is k[l, b, s] (a [H, Dh] array). Every block
-        starts free (refcount 0); n_used = 0, n_free = n_blocks, peak_used = 0.
-        n_blocks < 1 or block_size < 1 should be a ValueError (not graded).
-        """
+        """Set `cfg`, `n_blocks`, `block_size`, `n_copies = 0`, and the storage `self.k`, `self.v`:
+        two separate float64 zero arrays of shape [L, n_blocks, B, H, Dh], so that slot s of block b
+        in layer l is k[l, b, s]. Every block starts free."""
         raise NotImplementedError("TODO Part 1: BlockPool.__init__")
 
     @property
@@ -66,53 +57,38 @@ class BlockPool:
         raise NotImplementedError("TODO Part 1: BlockPool.peak_used")
 
     def alloc(self):
-        """Take the LOWEST-numbered free block, set its refcount to 1 and return its id (an int).
-
-        The lowest-free-first rule makes block tables deterministic: after blocks 0, 2 and 4 of
-        0..4 are freed, the next three allocs return 0, 2, 4 (in that order), whatever order they
-        were freed in. Update n_used (and peak_used).
-        No free block: raise MemoryError and change nothing.
-        """
+        """Return the LOWEST-numbered free block, its refcount now 1. None free: MemoryError."""
         raise NotImplementedError("TODO Part 1: BlockPool.alloc")
 
     def incref(self, b):
-        """One more holder of block b: refcount += 1. b must be a valid id of a block in use,
-        else ValueError (pool unchanged)."""
+        """One more holder of block b, which must be in use."""
         raise NotImplementedError("TODO Part 1: BlockPool.incref")
 
     def decref(self, b):
-        """One holder fewer: refcount -= 1; when it reaches 0 the block is free again (n_used
-        drops and alloc may hand it out). b must be a valid id of a block in use, else ValueError
-        (pool unchanged). The block's K/V data is left as it is: nobody may rely on a reused block
-        being zero."""
+        """One holder fewer of block b, which must be in use; at refcount 0 it is free again (its
+        K/V data is left as it is)."""
         raise NotImplementedError("TODO Part 1: BlockPool.decref")
 
     def refcount(self, b):
-        """The refcount of block b (0 for a free block). An id outside [0, n_blocks): ValueError."""
+        """The refcount of block b (0 for a free block)."""
         raise NotImplementedError("TODO Part 1: BlockPool.refcount")
 
     def copy_block(self, b):
-        """Allocate a new block (the lowest free one, as alloc), copy b's K and V into it in EVERY
-        layer, add 1 to n_copies and return the new id.
-
-        b's refcount is left alone: the caller decides whether to decref it.
-        Checks in this order, each leaving the pool unchanged (n_copies included):
-          1. b invalid or free -> ValueError
-          2. no free block     -> MemoryError
-        """
+        """Allocate a block as alloc does, copy b's K and V into it in EVERY layer, add 1 to
+        n_copies and return the new id. b's refcount is left alone. A bad or free b is a
+        ValueError, checked before a full pool's MemoryError."""
         raise NotImplementedError("TODO Part 1: BlockPool.copy_block")
 
 
 # ======================================================= Part 2: paged KV and the paged step
 class PagedSequence:
-    """One sequence's KV cache, stored in a pool's blocks through a block table.
+    """One sequence's KV cache: `pool`; `blocks`, the block table (logical block i is physical
+    block blocks[i], so position p lives in blocks[p // B], slot p % B); `length`, the number of
+    tokens stored.
 
-    Attributes: `pool`; `blocks`, the block table (a list of physical block ids: logical block i
-    of this sequence is physical block blocks[i]); `length`, the number of tokens whose K/V are
-    stored. Token position p lives in block blocks[p // B] at slot p % B.
-
-    Between steps, len(blocks) == ceil(length / B) exactly; only inside a step, after `reserve`,
-    may the table hold more.
+    The table holds exactly ceil(length / B) blocks, except after a bare `reserve` (one called
+    outside paged_step) that made room for more tokens than have been written since.
+    assignment.md, "Part 2: paged KV and the paged step".
     """
 
     def __init__(self, pool):
@@ -120,95 +96,68 @@ class PagedSequence:
         raise NotImplementedError("TODO Part 2: PagedSequence.__init__")
 
     def reserve(self, n):
-        """Make room for n >= 1 more tokens; do not change `length`.
+        """Make room for n >= 1 more tokens (n < 1: ValueError); do not change `length`.
 
-        In this order:
-          1. n < 1: ValueError.
-          2. Count what is needed: 1 copy if copy-on-write is due (Part 4: the last block is
-             partly filled, length % B != 0, and shared, refcount > 1), plus the new blocks that
-             bring the capacity len(blocks) * B up to >= length + n. If that is more than
-             pool.n_free: MemoryError, and NOTHING has changed (all or nothing).
-          3. Copy-on-write if due: blocks[-1] = pool.copy_block(old last block), then decref the
-             old one. (Part 4; until then, sequences are never shared and this never happens.)
-          4. alloc the new blocks one by one and append them to the table.
+        First copy-on-write, if due; then alloc blocks until len(blocks) * B >= length + n. All
+        or nothing: if the copy plus the new blocks are more than pool.n_free, MemoryError and
+        nothing changes.
+
+        Copy-on-write lives here but is graded in Part 4 ("Part 4: sharing and copy-on-write"):
+        it is due when length % B != 0 and refcount(blocks[-1]) > 1; then blocks[-1] is replaced
+        by pool.copy_block(blocks[-1]) and the old block is decref'd. Until you write fork,
+        nothing is shared and it is never due.
         """
         raise NotImplementedError("TODO Part 2: PagedSequence.reserve")
 
     def write(self, layer, start, k, v):
-        """Store k, v (each [T, H, Dh]) of `layer` at token positions start .. start+T-1, through
-        the table: position p goes to pool.k[layer, blocks[p // B], p % B] (and the same in
-        pool.v). The positions must be within the reserved capacity (not checked, not graded).
-        """
+        """Store k, v (each [T, H, Dh]) of `layer` at positions start .. start+T-1, through the
+        table, in pool.k and pool.v."""
         raise NotImplementedError("TODO Part 2: PagedSequence.write")
 
     def read(self, layer, length):
-        """Gather positions 0 .. length-1 of `layer` through the table into contiguous arrays
-        (K, V), each [length, H, Dh]. `length` may exceed self.length, up to the capacity:
-        paged_step reads the chunk it has just written before it updates self.length.
-        """
+        """Gather positions 0 .. length-1 of `layer` through the table into (K, V), each
+        [length, H, Dh]. `length` may exceed self.length, up to the capacity."""
         raise NotImplementedError("TODO Part 2: PagedSequence.read")
 
     def free(self):
-        """decref every block of the table, then blocks = [] and length = 0. On an empty sequence
-        it does nothing. A freed sequence can be used again (the next step starts at position 0)."""
+        """decref every block of the table, then blocks = [] and length = 0. The sequence can be
+        used again."""
         raise NotImplementedError("TODO Part 2: PagedSequence.free")
 
     # ========================================================== Part 4: sharing and copy-on-write
     def fork(self):
-        """A new PagedSequence on the same pool that shares every block of this one: the same
-        table (a new list with the same ids), the same length, and incref once per table entry.
-        Allocates and copies nothing: copy-on-write happens later, lazily, in `reserve`.
-        Forking an empty sequence gives an empty sequence.
-        """
+        """A new PagedSequence on the same pool sharing every block: the same ids in a new list,
+        the same length, one incref per entry. Allocates and copies nothing (the copy is made
+        later, in `reserve`). assignment.md, "Part 4: sharing and copy-on-write"."""
         raise NotImplementedError("TODO Part 4: PagedSequence.fork")
 
 
 def paged_step(params, cfg, seqs, chunks):
-    """Advance each sequence seqs[i] by chunks[i] and return one logits array [len(chunks[i]),
-    cfg.vocab] per sequence, in order.
+    """Advance each seqs[i] by chunks[i] (a 1-D list or array of token ids) and return a list of
+    logits arrays, [len(chunks[i]), cfg.vocab] each, equal to transformer_lab.forward with a
+    contiguous KVCache that saw the same tokens, to 1e-10.
 
-    A chunk is a 1-D list or array of token ids (Python or numpy integers): a prefill of many
-    tokens or a decode of one. The logits must equal transformer_lab.forward with a contiguous
-    KVCache that saw the same tokens, to 1e-10.
-
-    In this order:
-      1. Validate everything, raising ValueError before anything changes (and before any
-         MemoryError): len(seqs) != len(chunks); an empty chunk; a token outside
-         [0, cfg.vocab) (negative included); a sequence whose length would pass cfg.max_len
-         (reaching it exactly is fine). paged_step(params, cfg, [], []) returns [].
-      2. Count the blocks the whole step needs (new blocks of every sequence plus copy-on-write
-         copies) and compare with pool.n_free: if it does not fit, MemoryError and nothing has
-         changed (tables, lengths, refcounts, n_used, n_copies, peak_used). The count must be
-         exact: a step that fits must not fail. n sequences in the step that share one partly
-         filled last block need n - 1 copies if nobody else holds it (the last one to reserve
-         finds refcount 1 and writes in place); in general min(n, refcount - 1).
-      3. For each sequence, in list order: reserve(len(chunk)); then, with start = seq.length,
-         x = embed(params, cfg, chunk, start); for every layer: q, k, v = qkv(...);
-         seq.write(layer, start, k, v); K, V = seq.read(layer, start + T);
-         x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start)); then
-         seq.length = start + T (once, after all layers) and logits = unembed(params, cfg, x).
+    In this order: validate everything (ValueError, nothing changed); count the blocks the whole
+    step needs, new ones plus copies, exactly (too few free: MemoryError, nothing changed); then
+    for each sequence in list order: reserve, embed, and per layer qkv, write, read,
+    attention_core and attn_out; then length += T, once, and unembed.
+    assignment.md, "Part 2: paged KV and the paged step" (the list of bad inputs, the count).
     """
     raise NotImplementedError("TODO Part 2: paged_step")
 
 
 # ====================================================== Part 3: blockwise attention (eq. 4)
 def blockwise_attention(q, seq, layer):
-    """One query q [H, Dh] attends to all seq.length positions of `layer`; returns out [H, Dh].
+    """One query q [H, Dh] attends to all seq.length positions of `layer`; returns out [H, Dh],
+    equal to attention_core(q[None, None], K, V, seq.length - 1)[0, 0] to 1e-12, computed block
+    by block (paper eq. 4) over the filled slots of the first ceil(length / B) blocks:
+    scores / sqrt(Dh) per block, then a single softmax PER HEAD over all positions of all blocks
+    (each head's own max and sum: not per block, and not one max over all heads, which gives NaN),
+    then the weighted sum of V per block. seq.length < 1: ValueError.
 
-    It must equal attention_core(q[None, None], K, V, seq.length - 1)[0, 0] to 1e-12, where K, V
-    are the sequence's gathered keys and values, but computed the way the PagedAttention kernel
-    does (paper eq. 4), one block at a time:
-      - for i in range(ceil(length / B)): b = seq.blocks[i]; m = the number of filled slots of
-        that block (B, except possibly for the last one); scores_i = (K_b[:m] . q) / sqrt(Dh),
-        K_b = seq.pool.k[layer, b] (a list of per-block scores is fine);
-      - ONE softmax over all positions of all blocks (global max, global sum: not per block);
-      - out = sum over blocks of (softmax weights of block i) @ seq.pool.v[layer, b][:m].
-
-    Read only seq.pool.k, seq.pool.v, seq.pool.block_size, seq.pool.cfg, seq.blocks and
-    seq.length; call no method of seq or of the pool (the tests pass a plain object with just
-    these attributes). Do not build the whole [length, H, Dh] K or V: no seq.read, no
-    concatenating or fancy-indexing all blocks at once. Entries of seq.blocks beyond the first
-    ceil(length / B), and unfilled slots of the last block, must not be read.
-    seq.length < 1: ValueError.
+    `seq` is an object with only seq.pool.k, seq.pool.v, seq.pool.block_size, seq.pool.cfg,
+    seq.blocks and seq.length, and no methods (seq.read fails). How you index pool.k is not
+    graded: a list of per-block scores or one stacked array are both fine.
+    assignment.md, "Part 3: blockwise attention".
     """
     raise NotImplementedError("TODO Part 3: blockwise_attention")
