@@ -1,9 +1,14 @@
 """The handout as a student gets it: built, unpacked in an empty folder, `make test` / `make submit`
 run from scratch (their own .venv), and assignment.md's grading table equal to the rubric.
+The students' Pythons: the requirements' markers pick one pin per package for 3.9-3.13 (no
+network), older Pythons stop at the Makefile's one-line gate, and (slow) a real .venv on every
+other Python the machine has.
 
 The slow tests share one unpacked handout and one .venv bootstrap (module-scoped fixture)."""
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -37,11 +42,22 @@ def distinctive_reference_lines():
     return lines
 
 
-def make(folder, *args, timeout=600):
+def make(folder, *args, timeout=600, path=None):
+    """`make ARGS` in FOLDER as a student's shell runs it; PATH replaced when `path` is given."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "VIRTUAL_ENV")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=folder, capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([shutil.which("make"), "--no-print-directory", *args], cwd=folder, capture_output=True,
+                          text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def unpack_handout(tmp):
+    """The handout zip, built and unpacked into an empty folder: the folder a student starts in."""
+    zip_path = build_handout.build(tmp / "handout.zip")
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(tmp / "unpacked")
+    return tmp / "unpacked" / build_handout.TOP
 
 
 def failure_sections(output):
@@ -70,12 +86,7 @@ def impl(tmp, name, text):
 @pytest.fixture(scope="module")
 def handout(tmp_path_factory):
     """The handout unpacked into an empty folder, with its .venv bootstrapped by its own Makefile."""
-    tmp = tmp_path_factory.mktemp("handout")
-    zip_path = build_handout.build(tmp / "handout.zip")
-    unpacked = tmp / "unpacked"
-    with zipfile.ZipFile(zip_path) as z:
-        z.extractall(unpacked)
-    folder = unpacked / build_handout.TOP
+    folder = unpack_handout(tmp_path_factory.mktemp("handout"))
     r = make(folder, ".venv/.ready")
     assert r.returncode == 0, f"the handout's .venv bootstrap failed:\n{r.stdout}\n{r.stderr}"
     return folder
@@ -87,7 +98,8 @@ def test_handout_holds_no_staff_files():
     bad = [n for n in names if set(Path(n).parts) & set(FORBIDDEN_DIRS) or n.endswith(".pyc")]
     assert not bad, f"staff-only files in the handout: {bad}"
     for must in ("starter/paged_kv.py", "assignment.md", "Makefile", "README.md", "requirements.txt",
-                 "tools/labtool.py", "tests/conftest.py", "tests/pytest.ini", "lab/transformer_lab.py"):
+                 "tools/labtool.py", "tools/check_python.py", "tests/conftest.py", "tests/pytest.ini",
+                 "lab/transformer_lab.py"):
         assert must in names, f"{must} is missing from the handout"
 
 
@@ -102,6 +114,178 @@ def test_no_handout_file_contains_reference_code():
 def test_requirements_are_pinned():
     pins = (ROOT / "requirements.txt").read_text().split()
     assert pins == ["numpy==2.4.6", "pytest==9.0.3", "pytest-timeout==2.4.0"]
+
+
+# ------------------------------------------------------------------------- the students' Pythons
+SUPPORTED = [(3, 9), (3, 10), (3, 11), (3, 12), (3, 13)]      # tested on each (pyenv); 3.14 resolves too
+PACKAGES = ["numpy", "pytest", "pytest-timeout"]
+# The Pythons each pinned release installs on, read from the package index with `pip download
+# --only-binary=:all:` on each interpreter and platform (lowest, highest; None: pure Python, no ceiling).
+# A new pin needs its line here, checked the same way: a pin outside its range breaks the first make.
+INSTALLS_ON = {("numpy", "2.0.2"): ((3, 9), (3, 13)), ("numpy", "2.2.6"): ((3, 10), (3, 13)),
+               ("numpy", "2.4.6"): ((3, 11), (3, 14)), ("pytest", "8.4.2"): ((3, 9), None),
+               ("pytest", "9.0.3"): ((3, 10), None), ("pytest-timeout", "2.4.0"): ((3, 7), None)}
+GATE = re.compile(r"Makefile:\d+: \*\*\* (.+)\.  Stop\.")         # how make prints $(error ...)
+
+
+def requirement_lines(path):
+    """(name, version, marker or None) for each line of a requirements file."""
+    lines = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9.]+)\s*(?:;\s*(.+))?", line)
+            assert m, f"{path.name}: not `name==version[; marker]`: {line}"
+            lines.append(m.groups())
+    return lines
+
+
+def marker_holds(marker, python):
+    """Does `python_version OP "X.Y"` hold for python (X, Y)? The only marker form the file may use."""
+    if marker is None:
+        return True
+    m = re.fullmatch(r'python_version\s*(<=|>=|==|!=|<|>)\s*"(\d+)\.(\d+)"', marker.strip())
+    assert m, f"this check understands only python_version markers: {marker}"
+    bound = (int(m.group(2)), int(m.group(3)))
+    return {"<": python < bound, "<=": python <= bound, "==": python == bound, "!=": python != bound,
+            ">=": python >= bound, ">": python > bound}[m.group(1)]
+
+
+def selected_pins(python):
+    """{package: version} that pip installs from the students' requirements on python (X, Y)."""
+    pins = {}
+    for name, version, marker in requirement_lines(ROOT / "handout" / "requirements.txt"):
+        if marker_holds(marker, python):
+            assert name not in pins, f"Python {python}: two lines for {name}: {pins[name]} and {version}"
+            pins[name] = version
+    return pins
+
+
+def find_python(minor):
+    """A working interpreter of version minor = (X, Y): pythonX.Y on PATH, or one pyenv installed."""
+    name = "python%d.%d" % minor
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [shutil.which(name)] + sorted(str(p) for p in root.glob("%d.%d.*/bin/%s" % (*minor, name)))
+    for exe in filter(None, candidates):
+        try:
+            r = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0 and r.stdout.strip() == "%d.%d" % minor:
+            return exe
+    return None
+
+
+def fake_python3(folder, version, hide=()):
+    """A `python3` (in folder) that is the current Python reporting VERSION as its own, and
+    without the modules in `hide` (as Debian's python3 lacks ensurepip until pythonX.Y-venv)."""
+    code = (f"import runpy, sys; sys.version_info = {tuple(version) + ('final', 0)!r}; "
+            f"sys.version = {'.'.join(map(str, version)) + ' (fake)'!r}; sys.argv = sys.argv[1:]; "
+            f"sys.modules.update(dict.fromkeys({list(hide)!r})); "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    exe = folder / "python3"
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} "$@"\n')
+    exe.chmod(0o755)
+    return folder
+
+
+def test_the_students_requirements_pick_one_pin_per_package_on_each_python():
+    try:
+        from packaging.markers import Marker       # what pip evaluates markers with, when present
+    except ImportError:
+        Marker = None
+    for python in SUPPORTED + [(3, 14)]:
+        pins = selected_pins(python)
+        assert sorted(pins) == PACKAGES, f"Python {python}: {pins}"
+        for name, version in pins.items():
+            assert (name, version) in INSTALLS_ON, f"{name}=={version}: check it on the index, add it to INSTALLS_ON"
+            low, high = INSTALLS_ON[name, version]
+            assert low <= python and (high is None or python <= high), \
+                f"{name}=={version} does not install on Python {python} (only {low} to {high})"
+        if Marker is not None:
+            env = {"python_version": "%d.%d" % python, "python_full_version": "%d.%d.0" % python}
+            for name, version, marker in requirement_lines(ROOT / "handout" / "requirements.txt"):
+                if marker:
+                    assert Marker(marker).evaluate(env) == marker_holds(marker, python), (marker, python)
+    assert selected_pins((3, 9))["numpy"] == "2.0.2"    # the oldest numpy the lab must run on (issue 9)
+
+
+def test_the_grader_keeps_its_pins_and_students_on_3_11_get_the_same():
+    grader = {name: version for name, version, marker in requirement_lines(ROOT / "requirements.txt")}
+    assert all(marker is None for *_, marker in requirement_lines(ROOT / "requirements.txt"))
+    for python in [(3, 11), (3, 12), (3, 13)]:
+        assert selected_pins(python) == grader, python
+    assert dict(build_handout.handout_files())[ROOT / "handout" / "requirements.txt"] == "requirements.txt"
+
+
+def test_the_students_readme_states_the_pythons_and_numpys():
+    readme = (ROOT / "handout" / "README.md").read_text()
+    oldest = "%d.%d" % SUPPORTED[0]
+    assert f"`python3` ({oldest} or newer)" in readme
+    assert f"numpy {selected_pins(SUPPORTED[0])['numpy']} on {oldest}" in readme
+    for python in SUPPORTED[1:3]:
+        assert f"{selected_pins(python)['numpy']} on %d.%d" % python in readme, python
+
+
+def test_the_gate_stops_an_old_python3_with_one_line(tmp_path):
+    folder = unpack_handout(tmp_path)
+    fake = fake_python3(tmp_path, (3, 8, 18))
+    r = make(folder, "test", path=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, lines
+    m = GATE.fullmatch(lines[0])
+    assert m and m.group(1).startswith("Python 3.8.18 (") and "is too old for this lab" in m.group(1), lines[0]
+    assert "install Python 3.9 or newer" in m.group(1) and "make PYTHON=" in m.group(1), lines[0]
+    assert not (folder / ".venv").exists()
+
+
+def test_the_gate_lets_3_9_through(tmp_path):
+    """The control for the test above: the same fake reporting 3.9 gets past the gate (make -n:
+    the recipe is expanded, so the gate runs, but the .venv is not built)."""
+    folder = unpack_handout(tmp_path)
+    fake = fake_python3(tmp_path, (3, 9, 0))
+    r = make(folder, "-n", ".venv/.ready", path=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 0 and "python3 -m venv" in r.stdout, r.stdout + r.stderr
+    assert not GATE.search(r.stdout + r.stderr)
+
+
+def test_the_gate_names_the_package_when_venv_is_missing(tmp_path):
+    folder = unpack_handout(tmp_path)
+    fake = fake_python3(tmp_path, (3, 10, 12), hide=["ensurepip"])
+    r = make(folder, "test", path=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, lines
+    m = GATE.fullmatch(lines[0])
+    assert m and m.group(1).startswith("Python 3.10.12 (") and "sudo apt install python3.10-venv" in m.group(1), lines
+    assert not (folder / ".venv").exists()
+
+
+def test_the_gate_says_when_there_is_no_python3(tmp_path):
+    folder = unpack_handout(tmp_path)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    for args, name in [(["test"], "python3"), (["test", f"PYTHON={tmp_path}/no-such-python"], f"{tmp_path}/no-such-python")]:
+        r = make(folder, *args, path=str(empty))
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1, lines
+        assert GATE.fullmatch(lines[0]) and lines[0].startswith(f"Makefile:"), lines[0]
+        assert f"*** {name} not found: install Python 3.9 or newer" in lines[0], lines[0]
+    assert not (folder / ".venv").exists()
+
+
+@pytest.mark.parametrize("minor", [(2, 7), (3, 6), (3, 7), (3, 8)], ids="{0[0]}.{0[1]}".format)
+def test_the_gate_stops_a_real_old_python(tmp_path, minor):
+    exe = find_python(minor)
+    if exe is None:
+        pytest.skip("no Python %d.%d on this machine" % minor)
+    folder = unpack_handout(tmp_path)
+    r = make(folder, "test", f"PYTHON={exe}")
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, lines
+    m = GATE.fullmatch(lines[0])
+    assert m and re.match(r"Python %d\.%d\.\d+ \(" % minor, m.group(1)) and "too old" in m.group(1), lines[0]
+    assert not (folder / ".venv").exists()
 
 
 def grading_table():
@@ -140,17 +324,16 @@ def test_assignment_part_summary_matches_the_rubric():
 
 
 # ---------------------------------------------------------------------------------- slow checks
-@pytest.mark.slow
-def test_the_solution_passes_every_public_test(handout, tmp_path):
-    r = make(handout, "test", f"IMPL={impl(tmp_path, 'sol', (ROOT / 'solution' / 'paged_kv.py').read_text())}")
+def assert_every_test_passed(r):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert re.search(r"=+ \d+ passed in ", r.stdout), r.stdout[-1000:]
+    m = re.search(r"=+ (\d+) passed in ", r.stdout)
+    assert m, r.stdout[-1000:]
     assert "failed" not in r.stdout.splitlines()[-1]
+    return int(m.group(1))
 
 
-@pytest.mark.slow
-def test_the_starter_fails_every_test_with_one_line(handout):
-    r = make(handout, "test")
+def assert_every_test_failed_not_implemented(r):
+    """`make test` on the starter: only failures, each one line naming the TODO, no errors."""
     assert r.returncode != 0
     summary = r.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"=+ (\d+) failed in [\d.]+s =+", summary)
@@ -160,6 +343,18 @@ def test_the_starter_fails_every_test_with_one_line(handout):
     for name, lines in sections.items():
         assert len(lines) == 1 and re.fullmatch(r"not implemented yet: TODO Part [1-4]: \S+", lines[0]), (name, lines)
     assert "ERROR" not in r.stdout and "Traceback" not in r.stdout     # no collection errors, no tracebacks
+    return int(m.group(1))
+
+
+@pytest.mark.slow
+def test_the_solution_passes_every_public_test(handout, tmp_path):
+    assert_every_test_passed(
+        make(handout, "test", f"IMPL={impl(tmp_path, 'sol', (ROOT / 'solution' / 'paged_kv.py').read_text())}"))
+
+
+@pytest.mark.slow
+def test_the_starter_fails_every_test_with_one_line(handout):
+    assert_every_test_failed_not_implemented(make(handout, "test"))
 
 
 @pytest.mark.slow
@@ -204,3 +399,40 @@ def test_submit_zips_exactly_paged_kv(handout, tmp_path):
         assert z.read("paged_kv.py") == (sol / "paged_kv.py").read_bytes()
     assert "Note:" not in r.stdout         # no TODO left in the reference
     zip_path.unlink()
+
+
+# Signs in pip's output that the package index could not be reached (then the test skips).
+OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
+           "Name or service not known", "Network is unreachable", "ConnectTimeoutError", "ReadTimeoutError",
+           "ProxyError", "Could not fetch URL")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("minor", SUPPORTED, ids="{0[0]}.{0[1]}".format)
+def test_the_handout_works_on_each_supported_python(tmp_path, minor):
+    """As a student on that Python: the first make installs the pins its markers select, the
+    starter fails cleanly, the reference dropped into starter/ passes every test, the demo runs."""
+    exe = find_python(minor)
+    if exe is None:
+        pytest.skip("no Python %d.%d on this machine" % minor)
+    default = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    if default == str(minor):
+        pytest.skip("python3 is %d.%d: the module's handout fixture covers it" % minor)
+    folder = unpack_handout(tmp_path)
+    r = make(folder, ".venv/.ready", f"PYTHON={exe}")
+    if r.returncode != 0 and any(sign in r.stdout + r.stderr for sign in OFFLINE):
+        pytest.skip("the package index is unreachable: " + (r.stdout + r.stderr).strip().splitlines()[-1][:200])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got = subprocess.run([str(folder / ".venv" / "bin" / "python"), "-c",
+                          "import sys, importlib.metadata as m; print(sys.version_info[:2], "
+                          "{p: m.version(p) for p in sys.argv[1:]})", *PACKAGES],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert got == f"{minor} {selected_pins(minor)}"
+    assert assert_every_test_failed_not_implemented(make(folder, "test")) > 0
+    shutil.copy(ROOT / "solution" / "paged_kv.py", folder / "starter" / "paged_kv.py")
+    assert assert_every_test_passed(make(folder, "test")) > 0
+    r = make(folder, "demo")
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert [n for n in range(1, 5) if f"Demo {n}:" in r.stdout] == [1, 2, 3, 4], r.stdout[-2000:]
+    assert "not implemented" not in r.stdout

@@ -3,8 +3,10 @@
     python tools/build_handout.py [--out build/handout.zip]
 
 The handout is an allowlist: the lab, the starter (the student's working folder), the public
-tests, tools/labtool.py (what make test / make submit run), assignment.md, and the student
-Makefile, README and .gitignore from handout/. Never solution/, grader/, checks/ or .ci/.
+tests, tools/labtool.py (what make test / make submit run) and tools/check_python.py (the
+Makefile's Python version gate), assignment.md, and the student Makefile, README, .gitignore and
+requirements.txt from handout/ (the students' requirements select versions for Python 3.9+; the
+root requirements.txt stays the grader's pins). Never solution/, grader/, checks/ or .ci/.
 """
 import argparse
 import sys
@@ -22,9 +24,9 @@ def handout_files():
     files += [(ROOT / "starter" / "paged_kv.py", "starter/paged_kv.py")]
     files += [(p, f"tests/{p.name}") for p in (ROOT / "tests").iterdir()
               if p.is_file() and p.suffix in (".py", ".ini")]
-    files += [(ROOT / "tools" / "labtool.py", "tools/labtool.py"),
-              (ROOT / "assignment.md", "assignment.md"),
-              (ROOT / "requirements.txt", "requirements.txt"),
+    files += [(ROOT / "tools" / name, f"tools/{name}") for name in ("labtool.py", "check_python.py")]
+    files += [(ROOT / "assignment.md", "assignment.md"),
+              (ROOT / "handout" / "requirements.txt", "requirements.txt"),
               (ROOT / "handout" / "Makefile", "Makefile"),
               (ROOT / "handout" / "README.md", "README.md"),
               (ROOT / "handout" / "gitignore", ".gitignore")]
