@@ -135,6 +135,15 @@ def test_results_written_straight_into_tmp(tmp_path):
         out.unlink(missing_ok=True)
 
 
+def test_a_results_path_that_cannot_be_written_is_said_in_one_line(tmp_path):
+    (tmp_path / "results.json").mkdir()                 # e.g. planted by someone else in a shared /tmp
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "empty"), "--results",
+                           str(tmp_path / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("grader: cannot write the results to ") and "Is a directory" in proc.stderr
+
+
 def test_the_zip_make_submit_writes_is_graded(tmp_path):
     subprocess.run([sys.executable, "tools/labtool.py", "submit", "--impl", str(REFERENCE.parent),
                     "--out", str(tmp_path / "submission.zip")], cwd=REPO, check=True, capture_output=True)

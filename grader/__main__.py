@@ -5,7 +5,7 @@ SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submis
 import argparse
 import sys
 
-from grader.grade import GraderBroken, grade, seed_for
+from grader.grade import GraderBroken, ResultsNotWritten, grade, seed_for
 
 
 def main(argv=None):
@@ -31,11 +31,8 @@ def main(argv=None):
     try:
         grade(args.submission, args.results, seed=seed_for(args.metadata, args.seed), job=args.job,
               isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ResultsNotWritten) as e:
         print(f"grader: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"grader: cannot write the results to {args.results}: {e}", file=sys.stderr)
         return 2
     except GraderBroken as e:
         print(f"grader: the grader itself failed, not the submission: {e}", file=sys.stderr)

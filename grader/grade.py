@@ -23,6 +23,10 @@ class GraderBroken(RuntimeError):
     """The grader itself could not run: the installation is broken, not the submission."""
 
 
+class ResultsNotWritten(OSError):
+    """The results path cannot be written (a folder or another user's file in its place, no space)."""
+
+
 def seed_for(metadata_path, override=None):
     """Hidden inputs per student: from Gradescope's submission_metadata.json when present (the users'
     ids, so a resubmission sees the same inputs), else a fixed seed."""
@@ -101,7 +105,10 @@ def _finish(results_path, rows, start, quiet, *, header, staff, problem=None, no
     output = report.student_output(rows, notes=notes, problem=problem)
     results = report.results_json(rows, output, time.perf_counter() - start, extra_data=staff)
     if results_path:
-        report.write_atomically(results_path, results)
+        try:
+            report.write_atomically(results_path, results)
+        except OSError as e:
+            raise ResultsNotWritten(f"cannot write the results to {results_path}: {e}") from None
     if not quiet:
         print(report.table(rows, "\n".join([header, *notes])))
     return results
