@@ -115,6 +115,9 @@ def test_zips_that_cannot_be_graded_say_so_in_one_line(tmp_path):
     assert "link" in _refusal(make_zip(tmp_path / "f.zip", [(link, b"../../solution/paged_kv.py")]))
     assert "password" in _refusal(patched(make_zip(tmp_path / "g.zip", [("paged_kv.py", SOURCE)]),
                                           flags=0x1))
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        twice = make_zip(tmp_path / "j.zip", [("paged_kv.py", b"x = 1\n"), ("paged_kv.py", SOURCE)])
+    assert "two entries named paged_kv.py" in _refusal(twice)
     many = [(f"f{i}.txt", b"") for i in range(MAX_MEMBERS)] + [("paged_kv.py", SOURCE)]
     assert "entries" in _refusal(make_zip(tmp_path / "h.zip", many))
     assert "is 2,097,152 bytes" in _refusal(make_zip(tmp_path / "i.zip", [("paged_kv.py", b"#" * (2 << 20))]))

@@ -73,6 +73,10 @@ def _check(infos):
     total = sum(i.file_size for i in infos)
     if total > MAX_TOTAL_BYTES:
         raise ZipRefused(f"it unpacks to {total:,} bytes; the limit is {MAX_TOTAL_BYTES:,}")
+    names = [i.filename for i in infos]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ZipRefused(f"it holds two entries named {_shown(twice)}")
     for info in infos:
         name = info.filename
         parts = PurePosixPath(name.replace("\\", "/")).parts
