@@ -4,7 +4,11 @@ reference, 0 for the stubs) and from which part a planted bug lives in."""
 import csv
 import json
 import os
+import re
 import shutil
+import signal
+import time
+import uuid
 import subprocess
 import sys
 import zipfile
@@ -48,7 +52,20 @@ def test_reference_scores_100(reference_results):
     proc, results = reference_results
     assert proc.returncode == 0, proc.stderr
     assert results["score"] == 100 and all(t["status"] == "passed" for t in results["tests"])
-    assert "TOTAL                  100.00 / 100" in proc.stdout
+    assert re.search(r"\nTOTAL +100\.00 / 100", proc.stdout)
+
+
+def test_students_read_their_grade_first_and_staff_get_the_sandbox_details(reference_results):
+    proc, results = reference_results
+    out = results["output"]
+    assert out.splitlines()[0] == "Score: 100.00 / 100"
+    assert [line.split()[:2] for line in out.splitlines() if line.startswith("Part ")] == \
+        [["Part", f"{i}:"] for i in range(1, len(rubric.PARTS) + 1)]
+    for staff_only in ("Isolation", "namespace", "rlimits", "seed", "uid"):
+        assert staff_only not in out
+    assert results["stdout_visibility"] == "hidden" and all(t["visibility"] == "visible" for t in results["tests"])
+    assert results["extra_data"]["seed"] == 0 and results["extra_data"]["isolation"]
+    assert "Isolation: " in proc.stdout and "(seed 0," in proc.stdout              # make grade: everything
 
 
 def test_grading_is_deterministic(reference_results, tmp_path):
@@ -65,6 +82,8 @@ def test_starter_scores_0_with_feedback_per_check(tmp_path):
     assert len(results["tests"]) == len(rubric.CHECKS)
     for t in results["tests"]:
         assert t["status"] == "failed" and "not implemented yet" in t["output"], t
+    out = results["output"].splitlines()
+    assert out[0] == "Score: 0.00 / 100" and sum(line.startswith("  First to fix: ") for line in out) == len(rubric.PARTS)
 
 
 @pytest.mark.parametrize("part, find, replace", [
@@ -90,6 +109,7 @@ def test_unimportable_submissions_get_0_and_say_what_to_fix(tmp_path, source, ex
     proc, results = grade(sub, tmp_path)
     assert proc.returncode == 0 and results["score"] == 0
     assert expected in results["output"] and "cannot be graded" in results["output"]
+    assert results["output"].startswith("Not graded: paged_kv.py cannot be graded: ")
     assert "Traceback" not in results["output"] and "autograder failed" not in results["output"].lower()
 
 
@@ -98,7 +118,48 @@ def test_missing_file_and_empty_folder(tmp_path):
     assert proc.returncode == 2 and results is None and "no such file" in proc.stderr
     (tmp_path / "empty").mkdir()
     proc, results = grade(tmp_path / "empty", tmp_path)
-    assert proc.returncode == 0 and results["score"] == 0 and "No file named paged_kv.py" in results["output"]
+    assert proc.returncode == 0 and results["score"] == 0
+    assert results["output"].startswith("Not graded: No file named paged_kv.py")
+
+
+def test_results_written_straight_into_tmp(tmp_path):
+    """--results /tmp/x.json: /tmp is where the sandbox's new root lives, so it cannot be hidden like
+    other results folders; its fresh tmpfs hides it instead."""
+    out = Path("/tmp") / f"cs349e-results-{uuid.uuid4().hex}.json"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "grader", str(REFERENCE), "--results", str(out), "--quiet"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert json.loads(out.read_text())["score"] == 100
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def test_a_results_path_that_cannot_be_written_is_said_in_one_line(tmp_path):
+    (tmp_path / "results.json").mkdir()                 # e.g. planted by someone else in a shared /tmp
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "empty"), "--results",
+                           str(tmp_path / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("grader: cannot write the results to ") and "Is a directory" in proc.stderr
+
+
+def test_the_zip_make_submit_writes_is_graded(tmp_path):
+    subprocess.run([sys.executable, "tools/labtool.py", "submit", "--impl", str(REFERENCE.parent),
+                    "--out", str(tmp_path / "submission.zip")], cwd=REPO, check=True, capture_output=True)
+    proc, results = grade(tmp_path / "submission.zip", tmp_path)
+    assert proc.returncode == 0 and results["score"] == 100, (proc.stderr, results and results["output"])
+    assert results["extra_data"]["submission"] == "submission.zip: paged_kv.py"
+
+
+def test_a_renamed_file_is_graded_and_the_report_says_so_first(tmp_path):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    shutil.copy(REFERENCE, folder / "paged_kv (1).py")
+    proc, results = grade(folder, tmp_path)
+    assert proc.returncode == 0 and results["score"] == 100, results and results["output"]
+    first = results["output"].splitlines()[:2]
+    assert first[0] == "Score: 100.00 / 100" and first[1].startswith("Graded paged_kv (1).py as paged_kv.py")
 
 
 def test_batch_writes_a_gradebook(tmp_path):
@@ -108,14 +169,77 @@ def test_batch_writes_a_gradebook(tmp_path):
     shutil.copy(REPO / "starter" / "paged_kv.py", subs / "bob.py")
     (subs / "carol").mkdir()
     (subs / "carol" / "paged_kv.py").write_text("def broken(:\n")
+    with zipfile.ZipFile(subs / "dave.zip", "w") as z:                 # as `make submit` writes it
+        z.write(REFERENCE, "paged_kv.py")
     book = tmp_path / "book.csv"
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--jobs", "2", "--csv", str(book)],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
-    assert set(rows) == {"alice", "bob", "carol"}
-    assert float(rows["alice"]["score"]) == 100 and float(rows["bob"]["score"]) == 0 == float(rows["carol"]["score"])
+    assert set(rows) == {"alice", "bob", "carol", "dave"}
+    assert float(rows["alice"]["score"]) == 100 == float(rows["dave"]["score"])
+    assert float(rows["bob"]["score"]) == 0 == float(rows["carol"]["score"])
     assert all(float(rows["alice"][p]) == rubric.part_points(p) for p in rubric.PARTS)
+    assert rows["carol"]["status"].startswith("not graded: ") and rows["bob"]["status"] == "graded"
+    assert [line.split("]")[0] for line in proc.stdout.splitlines() if line.startswith("[")] == \
+        ["[1/4", "[2/4", "[3/4", "[4/4"]
+    summary = proc.stdout[proc.stdout.index("Class summary: "):]
+    assert summary.startswith("Class summary: 4 submissions, 3 graded, 1 not graded")
+    assert all(f"\n{p} ({rubric.part_points(p)} points)" in summary for p in rubric.PARTS)
+    failed_by_all = re.findall(r"\n +1 of 3 +(\S+)", summary)      # bob (the stubs) fails every check
+    assert failed_by_all and set(failed_by_all) <= set(rubric.CHECKS)
+
+
+def _processes_mentioning(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_batch_killed_halfway_resumes_where_it_stopped(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "a.py").write_text("def broken(:\n")                     # fast to grade: not graded
+    (subs / "b.py").write_text("class BlockPool:\n    pass\n")       # fast too: missing names
+    shutil.copy(REFERENCE, subs / "c.py")
+    book, log = tmp_path / "book.csv", tmp_path / "batch.log"
+    stamps = tmp_path / "book-results" / ".stamps"
+    cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--jobs", "1", "--csv", str(book)]
+    with open(log, "w") as out:
+        batch = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while not (stamps.is_dir() and len(list(stamps.iterdir())) >= 2):
+                assert batch.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            os.kill(batch.pid, signal.SIGKILL)                            # while c is being graded
+        finally:
+            batch.kill()
+            batch.wait()
+    assert [line[:5] for line in log.read_text().splitlines() if line.startswith("[")] == ["[1/3]", "[2/3]"]
+    assert not book.exists()
+    end = time.monotonic() + 10                                           # the grading child died with it
+    while _processes_mentioning(str(tmp_path / "book-results")) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _processes_mentioning(str(tmp_path / "book-results"))
+    kept = {n: (tmp_path / "book-results" / f"{n}.json").stat().st_mtime_ns for n in ("a", "b")}
+
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "2 already graded (same file, same grader), 1 to grade" in again.stdout
+    assert re.findall(r"left  (\S+) ", again.stdout) == ["c"]
+    assert {n: (tmp_path / "book-results" / f"{n}.json").stat().st_mtime_ns for n in ("a", "b")} == kept
+    rows = {r["submission"]: r for r in csv.DictReader(book.open())}
+    assert set(rows) == {"a", "b", "c"} and float(rows["c"]["score"]) == 100
+
+    (subs / "b.py").write_text("class BlockPool:\n    pass\n\n")      # a new file: graded again, alone
+    third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert re.findall(r"left  (\S+) ", third.stdout) == ["b"]
 
 
 def test_gradescope_archive_in_a_simulated_autograder_tree(tmp_path):
@@ -137,4 +261,5 @@ def test_gradescope_archive_in_a_simulated_autograder_tree(tmp_path):
     proc = subprocess.run(["bash", str(run)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == 100 and "seed 0)" not in results["output"]      # the per-student seed was used
+    assert results["score"] == 100 and results["extra_data"]["seed"] not in (0, None)   # the per-student seed
+    assert "Isolation" not in results["output"] and "Isolation: " in proc.stdout          # stdout: staff only

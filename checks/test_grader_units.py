@@ -2,6 +2,7 @@
 finding the submission file, per-student seeds."""
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from grader import report, rubric  # noqa: E402
 from grader.grade import seed_for  # noqa: E402
 from grader.hidden.compare import first_mismatch  # noqa: E402
 from grader.score import part_totals, score  # noqa: E402
-from grader.submission import SubmissionError, locate  # noqa: E402
+from grader.submission import SubmissionError, opened  # noqa: E402
 
 REPO_SOLUTION = paths.SOLUTION / "paged_kv.py"
 LOGITS = np.linspace(-3, 3, 12).reshape(3, 4)
@@ -93,6 +94,11 @@ def test_results_json_is_gradescope_shaped(tmp_path):
     assert json.loads(out.read_text()) == data and oct(out.stat().st_mode)[-3:] == "644"
 
 
+def locate(path):
+    with opened(path) as found:
+        return found.path
+
+
 def test_locate(tmp_path):
     (tmp_path / "a").mkdir()
     with pytest.raises(SubmissionError, match="No file named paged_kv.py"):
@@ -127,3 +133,173 @@ def test_seed_per_student(tmp_path):
     other.write_text(json.dumps({"users": [{"id": 8}], "id": 123}))
     assert seed_for(meta) == seed_for(meta) != seed_for(other)
     assert seed_for(tmp_path / "absent.json") == 0 and seed_for(meta, override=5) == 5
+
+
+# ------------------------------------------------------------------ the report students read first
+
+def _failing(check_id, message):
+    """Every check passes except `check_id`, which passes 1 case of 4 and fails with `message`."""
+    return _rows({cid: ([(True, ""), (False, message), (False, message), (False, message)] if cid == check_id
+                        else [(True, "")]) for cid in rubric.CHECKS})
+
+
+def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first():
+    check = rubric.CHECKS["paged_step.prefill"]
+    message = ("prefill logits equal the contiguous forward (Config 1):\n  after action 3 of 9, step(...):\n"
+               "    logits[0, 2]: expected 0.5, got 0.25\n  first differing logit ...\n"
+               "Read assignment.md, section \"Part 2\".")
+    rows = _failing(check.id, message)
+    out = report.student_output(rows).splitlines()
+    lost = round(check.points * 3 / 4, 2)
+    assert out[0] == f"Score: {100 - lost:.2f} / 100"
+    part_lines = [i for i, line in enumerate(out) if line.startswith("Part ")]
+    assert len(part_lines) == len(rubric.PARTS) and out[1] == ""
+    i = part_lines[1]
+    assert out[i].startswith("Part 2: paged KV and the paged step") and out[i].endswith(f"{30 - lost:.2f} / 30")
+    assert out[i + 1] == f"  First to fix: {check.title} (1 of 4 cases passed)"
+    assert [line.strip() for line in out[i + 2:i + 5]] == [line.strip() for line in message.splitlines()[:3]]
+    assert out[i + 5].startswith("Part 3")                  # three lines of the difference, no more
+    assert all("First to fix" not in out[j + 1] for j in part_lines if j != i)
+
+
+def test_staff_details_are_not_in_the_students_output_but_in_extra_data_and_stdout():
+    rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    staff = {"seed": 1234567, "isolation": ["pid namespace (whole tree killed)"], "grader": "ab" * 32}
+    data = report.results_json(rows, report.student_output(rows), 1.0, extra_data=staff)
+    assert "seed" not in data["output"] and "namespace" not in data["output"] and "1234567" not in data["output"]
+    assert data["extra_data"] == staff and data["stdout_visibility"] == "hidden"
+    assert all(t["visibility"] == "visible" for t in data["tests"])    # a hidden test would hide the total
+    assert "pid namespace" in report.table(rows, "Graded x. Isolation: pid namespace (whole tree killed).")
+
+
+def test_not_graded_puts_the_students_message_first_and_notes_come_in_the_first_lines():
+    problem = "paged_kv.py cannot be graded: SyntaxError at line 3: invalid syntax. Fix this first."
+    out = report.student_output(score({}, problem), problem=problem).splitlines()
+    assert out[0] == f"Not graded: {problem}" and out[1] == "Score: 0.00 / 100"
+    rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    out = report.student_output(rows, notes=("Graded paged_kv (1).py as paged_kv.py: the file was renamed",))
+    assert out.splitlines()[1].startswith("Graded paged_kv (1).py as paged_kv.py")
+
+
+# ------------------------------------------------------------------ bonus parts are extra credit
+
+BONUS_SECTION = "Part 5 (bonus): a test-only bonus part"
+
+
+@pytest.fixture
+def bonus_rubric(monkeypatch):
+    """The real rubric plus a bonus part `prefix_cache` worth 6 + 4 points, as rubric.py builds one."""
+    checks = dict(rubric.CHECKS)
+    for cid, points, title in (("hits", 6, "cached prefixes are hit"), ("evict", 4, "LRU eviction from the tail")):
+        checks[f"prefix_cache.{cid}"] = rubric.Check(f"prefix_cache.{cid}", "prefix_cache", points, title, BONUS_SECTION)
+    monkeypatch.setattr(rubric, "CHECKS", checks)
+    monkeypatch.setattr(rubric, "BONUS_PARTS", ("prefix_cache",))
+    monkeypatch.setattr(rubric, "ALL_PARTS", rubric.PARTS + ("prefix_cache",))
+    monkeypatch.setattr(rubric, "BONUS_TOTAL", 10)
+    monkeypatch.setitem(rubric.SECTIONS, "prefix_cache", BONUS_SECTION)
+
+
+def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_rubric):
+    everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    data = report.results_json(everything, report.student_output(everything), 1.0)
+    assert data["score"] == 110 and data["max_score"] == 100
+    bonus = [t for t in data["tests"] if t["tags"] == ["prefix_cache"]]
+    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == [("5.1", 6, 6), ("5.2", 4, 4)]
+    assert all("extra credit" in t["name"] for t in bonus)
+    assert not any("extra credit" in t["name"] for t in data["tests"] if t not in bonus)
+    assert data["output"].splitlines()[0] == "Score: 110.00 / 100 (10.00 of it extra credit)"
+    assert f"{BONUS_SECTION} (extra credit)" in data["output"]
+    assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
+    assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
+    assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "prefix_cache", "status"]
+
+
+def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_rubric):
+    from grader import batch
+    rows = _failing("prefix_cache.evict", "evicted block 3, expected block 7")
+    data = report.results_json(rows, report.student_output(rows), 1.0)
+    assert data["score"] == 100 + 6 + 1                        # 1 of the 4 eviction cases passed
+    assert batch.row_of("s", data) == {"submission": "s", "score": 107, "allocator": 25, "paged_step": 30,
+                                       "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 7,
+                                       "status": "graded"}
+    assert "First to fix: LRU eviction from the tail (1 of 4 cases passed)" in data["output"]
+    from grader import classview
+    text = "\n".join(classview.summary({"s": data}))
+    assert "prefix_cache (10 points, extra credit)" in text and "prefix_cache.evict" in text
+
+
+def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4():
+    assert rubric.ALL_PARTS == rubric.PARTS + rubric.BONUS_PARTS
+    if rubric.BONUS_PARTS:
+        pytest.skip("this rubric has bonus parts")
+    rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    assert "extra credit" not in report.student_output(rows) + report.table(rows, "h")
+    assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "status"]
+
+
+# ------------------------------------------------------------------ the class summary
+
+def _results(failing=(), not_graded=""):
+    rows = (score({}, not_graded) if not_graded else
+            _rows({cid: [(cid not in failing, "wrong")] for cid in rubric.CHECKS}))
+    return report.results_json(rows, "o", 1.0, extra_data={"not_graded": not_graded} if not_graded else {})
+
+
+def test_the_class_summary_counts_failed_checks_and_sets_aside_the_ungraded():
+    from grader import classview
+    results = {"a": _results(), "b": _results(["allocator.refcounts", "paged_step.tables"]),
+               "c": _results(["allocator.refcounts"]), "d": _results(not_graded="SyntaxError"), "e": None}
+    lines = classview.summary(results)
+    assert lines[0].startswith("Class summary: 5 submissions, 3 graded, 1 not graded") and "1 the grader failed" in lines[0]
+    ranked = lines[lines.index("Checks failed most often (by the 3 graded submissions):") + 1:]
+    assert [line.split()[:4] for line in ranked] == [["2", "of", "3", "allocator.refcounts"],
+                                                    ["1", "of", "3", "paged_step.tables"]]
+    points = rubric.part_points("allocator")
+    block = lines[lines.index(next(line for line in lines if line.startswith("allocator ("))):][:7]
+    counts = {line.split("|")[0].strip(): int(line.split()[-1]) for line in block[1:]}
+    assert counts == {"0": 1, "1-24%": 0, "25-49%": 0, "50-74%": 0, "75-99%": 2, "100%": 1}, (points, block)
+
+
+# ------------------------------------------------------------------ batch: what a resumed run may reuse
+
+def test_a_stored_result_is_reused_only_for_the_same_file_grader_seed_and_isolation(tmp_path):
+    from grader.batch import Store
+    store = Store(tmp_path / "results")
+    stamp = {"submission": "1" * 64, "grader": "2" * 64, "seed": 5, "isolated": True}
+    data = report.results_json(_rows({}), "o", 1.0)
+    report.write_atomically(store.results_path("x"), data)
+    assert store.valid("x", stamp) is None                  # written, not yet stamped: a kill in between
+    store.stamp("x", stamp)
+    assert store.valid("x", stamp) == data
+    for key, other in (("submission", "3" * 64), ("grader", "4" * 64), ("seed", 6), ("isolated", False)):
+        assert store.valid("x", {**stamp, key: other}) is None, key
+    path = store.results_path("x")
+    path.write_bytes(path.read_bytes() + b" ")               # results changed after they were stamped
+    assert store.valid("x", stamp) is None
+
+
+def test_fingerprints_see_every_change_that_matters(tmp_path):
+    from grader.fingerprint import entry_hash
+    from grader.gradescope.build import files
+    folder = tmp_path / "sub"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "paged_kv.py").write_text("x = 1\n")
+    seen = {entry_hash(folder)}
+    (folder / "a" / "paged_kv.py").write_text("x = 2\n")
+    seen.add(entry_hash(folder))
+    (folder / "a" / "paged_kv.py").rename(folder / "a" / "paged_kv (1).py")
+    seen.add(entry_hash(folder))
+    (folder / "link").symlink_to("a")
+    seen.add(entry_hash(folder))
+    assert len(seen) == 4
+    graded_by = {rel for _, rel in files()}                  # what grader_hash covers
+    assert {"grader/rubric.py", "grader/hidden/judges.py", "solution/paged_kv.py", "tests/scenarios.py",
+            "lab/transformer_lab.py", "grader/report.py"} <= graded_by
+
+
+def test_a_progress_line_estimates_the_time_left_from_the_average_so_far():
+    from grader.batch import progress
+    line = progress(3, 12, 90.0, "alice", {"score": 87.5}, 31.0)
+    assert line.startswith("[ 3/12] 1:30 elapsed, about 4:30 left  alice ")     # 9 more at 30 s each
+    assert line.endswith("  87.50  (31.0 s)")
+    assert "error" in progress(1, 1, 5.0, "bob", None, 5.0)

@@ -1,8 +1,11 @@
-"""python -m grader SUBMISSION [--results PATH] | python -m grader batch DIR [--jobs N] [--csv PATH]"""
+"""python -m grader SUBMISSION [--results PATH] | python -m grader batch DIR [--jobs N] [--csv PATH]
+
+SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submission), or the zip
+`make submit` writes."""
 import argparse
 import sys
 
-from grader.grade import GraderBroken, grade, seed_for
+from grader.grade import GraderBroken, ResultsNotWritten, grade, seed_for
 
 
 def main(argv=None):
@@ -11,20 +14,24 @@ def main(argv=None):
         from grader.batch import main as batch_main
         return batch_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m grader", description="Grade one paged_kv.py submission.")
-    ap.add_argument("submission", help="a paged_kv.py file, or a folder holding one")
+    ap.add_argument("submission", help="a paged_kv.py file, a folder holding one, or a zip")
     ap.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     ap.add_argument("--seed", type=int, help="seed of the hidden inputs (default: from --metadata, else 0)")
     ap.add_argument("--metadata", default="/autograder/submission_metadata.json",
                     help="Gradescope's submission_metadata.json (for the per-student seed)")
     ap.add_argument("--job", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)     # batch: die with it
     ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
                     help="run the submission as an unprivileged user in namespaces (auto: when root)")
     ap.add_argument("--quiet", action="store_true", help="no terminal table")
     args = ap.parse_args(argv)
+    if args.parent_pid:
+        from grader.batch import die_with_parent
+        die_with_parent(args.parent_pid)
     try:
         grade(args.submission, args.results, seed=seed_for(args.metadata, args.seed), job=args.job,
               isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ResultsNotWritten) as e:
         print(f"grader: {e}", file=sys.stderr)
         return 2
     except GraderBroken as e:

@@ -1,25 +1,30 @@
 """Grade one submission: find the file, check that it imports (in the sandbox), run the hidden suites
-with pytest in this trusted process (their scenario calls go to the sandbox), score, write results."""
+with pytest in this trusted process (their scenario calls go to the sandbox), score, write results.
+What the student reads and what staff read are separated in report.py."""
 import contextlib
 import hashlib
 import io
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 from grader import paths, report, rubric
 from grader.collect import Collector
+from grader.fingerprint import bytes_hash, grader_hash
 from grader.score import score
-from grader.submission import SubmissionError, locate
+from grader.submission import SubmissionError, opened
 
 SEED_SALT = "cs349e-lecture7-paged-attention"
 
 
 class GraderBroken(RuntimeError):
     """The grader itself could not run: the installation is broken, not the submission."""
+
+
+class ResultsNotWritten(OSError):
+    """The results path cannot be written (a folder or another user's file in its place, no space)."""
 
 
 def seed_for(metadata_path, override=None):
@@ -39,11 +44,18 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
     """Grade and write results.json; returns the results dict."""
     start = time.perf_counter()
     paths.trusted_imports()
-    from grader.sandbox import Sandbox
     try:
-        file = locate(submission)
+        with opened(submission) as found:
+            return _grade_file(found, results_path, seed, job, isolate, quiet, start)
     except SubmissionError as e:
-        return _finish(results_path, score({}, str(e)), f"Not graded: {e}", start, quiet)
+        staff = {"seed": seed, "grader": grader_hash(), "not_graded": str(e)}
+        return _finish(results_path, score({}, str(e)), start, quiet, problem=str(e),
+                       header=f"Not graded (seed {seed}): {e}", staff=staff)
+
+
+def _grade_file(found, results_path, seed, job, isolate, quiet, start):
+    from grader.sandbox import Sandbox
+    file = found.path
     hide = [os.path.dirname(os.path.abspath(results_path))] if results_path else []
     probe = Sandbox(file, isolate=isolate, job=job * 2, hide=hide)
     try:
@@ -51,13 +63,17 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
         imported = probe.check_import()
     finally:
         probe.close()
-    header = f"Graded {file.name} (seed {seed}). Isolation: {'; '.join(protections)}."
+    staff = {"submission": found.shown, "sha256": bytes_hash(file.read_bytes()), "seed": seed,
+             "grader": grader_hash(), "isolation": protections}
+    header = (f"Graded {found.shown} (seed {seed}, sha256 {staff['sha256'][:12]}, grader {staff['grader'][:12]}). "
+              f"Isolation: {'; '.join(protections)}.")
     missing = imported.data.get("missing") if imported.status == "ok" and isinstance(imported.data, dict) else None
     if imported.status != "ok" or missing:
         problem = f"it does not define {', '.join(missing)}" if missing else imported.error or imported.status
         why = f"paged_kv.py cannot be graded: {problem}. Fix this first (start from the starter, which " \
               f"defines every name): `make test` and `make submit` show the same problem."
-        return _finish(results_path, score({}, why), f"{header}\n{why}", start, quiet)
+        return _finish(results_path, score({}, why), start, quiet, problem=why, notes=found.notes,
+                       header=f"{header}\n{why}", staff={**staff, "not_graded": why})
     collector = Collector()
     args = [str(paths.HIDDEN), "-c", str(paths.HIDDEN / "pytest.ini"), "--rootdir", str(paths.HIDDEN),
             "-q", "--no-header", "--tb=no", "-p", "pytest_timeout",
@@ -73,7 +89,8 @@ def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False)
     missing = set(rubric.CHECKS) - set(collector.checks.values())
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")
-    return _finish(results_path, score(collector.by_check()), header, start, quiet)
+    return _finish(results_path, score(collector.by_check()), start, quiet, notes=found.notes,
+                   header=header, staff=staff)
 
 
 def _stable(protection):
@@ -82,10 +99,16 @@ def _stable(protection):
     return re.sub(r"\(mount namespace\): .*", "(mount namespace)", re.sub(r"uid \d+", "uid", protection))
 
 
-def _finish(results_path, rows, summary, start, quiet):
-    results = report.results_json(rows, summary, time.perf_counter() - start)
+def _finish(results_path, rows, start, quiet, *, header, staff, problem=None, notes=()):
+    """Write results.json (the student's summary in `output`, staff facts in `extra_data`) and print
+    the staff's table."""
+    output = report.student_output(rows, notes=notes, problem=problem)
+    results = report.results_json(rows, output, time.perf_counter() - start, extra_data=staff)
     if results_path:
-        report.write_atomically(results_path, results)
+        try:
+            report.write_atomically(results_path, results)
+        except OSError as e:
+            raise ResultsNotWritten(f"cannot write the results to {results_path}: {e}") from None
     if not quiet:
-        print(report.table(rows, summary))
+        print(report.table(rows, "\n".join([header, *notes])))
     return results

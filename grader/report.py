@@ -1,5 +1,22 @@
 """What grading produces: Gradescope's results.json, a terminal table, and a gradebook row.
 
+Who reads what. Gradescope shows students results.json's `output` at the top, then every test;
+it shows instructors, and only them, what run_autograder printed (results/stdout, "only shown to
+instructors" by default, and `stdout_visibility` is set to "hidden" to say so). So:
+  - `output` is for the student: the score, the score per part, and for each part that lost points
+    the first thing to fix (its first failing check and the first lines of what differed);
+  - what is for staff (the sandbox's protections, the seed, hashes of the file and of the grader)
+    goes to stdout, which is the terminal table of `make grade`, and to results.json's
+    `extra_data`, which Gradescope stores without showing it.
+A hidden test would have been the other way, and is not used: Gradescope's current specification
+says "If test cases are hidden, students will not be able to see their total score" (an older
+edition exempted hidden tests without points; the current one does not), and the contract gives
+every test a part in `tags`, which a staff note has not.
+
+Bonus parts (rubric.BONUS_PARTS) are extra credit: their points add to `score` above `max_score`
+(rubric.TOTAL), which Gradescope's format allows; their tests carry their part's tag and say
+"extra credit" in their name.
+
 Everything here formats trusted data only: rubric entries, numbers, and feedback strings that the
 hidden suites built from validated plain data.
 """
@@ -11,6 +28,7 @@ from grader import rubric
 from grader.score import part_totals
 
 MAX_FEEDBACK = 3        # failed cases shown per check; the rest are counted
+FIRST_LINES = 3         # lines of the first difference quoted in the summary, per part
 
 
 def feedback(row):
@@ -25,20 +43,73 @@ def feedback(row):
     return "\n\n".join(filter(None, [head, *shown, *tail]))
 
 
-def results_json(rows, summary, seconds):
+def part_label(part):
+    """"Part 1: the block allocator", and for a bonus part its section name plus "extra credit"."""
+    label = rubric.SECTIONS.get(part, part)
+    return f"{label} (extra credit)" if part in rubric.BONUS_PARTS else label
+
+
+def total(rows):
+    return round(sum(r["points"] for r in rows), 2)
+
+
+def score_line(rows):
+    got = total(rows)
+    bonus = round(sum(r["points"] for r in rows if r["check"].part in rubric.BONUS_PARTS), 2)
+    extra = f" ({bonus:.2f} of it extra credit)" if bonus else ""
+    return f"Score: {got:.2f} / {rubric.TOTAL}{extra}"
+
+
+def first_to_fix(rows, part):
+    """Lines naming the part's first failing check and the start of its first difference."""
+    failing = [r for r in rows if r["check"].part == part and r["points"] < r["check"].points]
+    if not failing:
+        return []
+    row = failing[0]
+    cases = f" ({row['passed']} of {row['cases']} cases passed)" if row["cases"] else ""
+    said = [line.rstrip() for line in (row["failures"] or [""])[0].splitlines()
+            if line.strip() and not line.startswith("Read assignment.md")]
+    return [f"  First to fix: {row['check'].title}{cases}",
+            *(f"      {line}" for line in said[:FIRST_LINES])]
+
+
+def student_output(rows, notes=(), problem=None):
+    """results.json's `output`: the student's message first (a problem, else the score), then the
+    notes (a renamed file), then the score per part and, per part that lost points, what to fix."""
+    head = [f"Not graded: {problem}", score_line(rows)] if problem else [score_line(rows)]
+    lines = [*head, *notes, ""]
+    totals = part_totals(rows)
+    for part in rubric.ALL_PARTS:
+        got, out_of = totals[part]
+        lines.append(f"{part_label(part):<44} {got:>6.2f} / {out_of}")
+        if not problem:
+            lines += first_to_fix(rows, part)
+    if not problem:
+        lines += ["", "Each test below is one check of the rubric: how many of its cases passed and, for "
+                      "a failing one, what differed and which section of assignment.md to read."]
+    return "\n".join(lines)
+
+
+def test_name(check):
+    bonus = " (extra credit)" if check.part in rubric.BONUS_PARTS else ""
+    return f"{check.part}{bonus}: {check.title}"
+
+
+def results_json(rows, output, seconds, extra_data=None):
     """Gradescope's format (score, execution_time, output, tests with name, number, score, max_score,
-    status, output, tags, visibility). Deterministic apart from execution_time."""
+    status, output, tags, visibility; extra_data for staff). Deterministic apart from execution_time."""
     tests = []
     for i, row in enumerate(rows):
         check = row["check"]
-        part_no = rubric.PARTS.index(check.part) + 1
+        part_no = rubric.ALL_PARTS.index(check.part) + 1
         number = f"{part_no}.{1 + sum(1 for r in rows[:i] if r['check'].part == check.part)}"
-        tests.append({"name": f"{check.part}: {check.title}", "number": number, "score": row["points"],
+        tests.append({"name": test_name(check), "number": number, "score": row["points"],
                       "max_score": check.points, "status": "passed" if row["points"] == check.points else "failed",
                       "output": feedback(row), "tags": [check.part], "visibility": "visible"})
-    return {"score": round(sum(r["points"] for r in rows), 2), "max_score": rubric.TOTAL,
-            "execution_time": round(seconds, 2), "output": summary, "output_format": "text",
-            "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+    return {"score": total(rows), "max_score": rubric.TOTAL,
+            "execution_time": round(seconds, 2), "output": output, "output_format": "text",
+            "visibility": "visible", "stdout_visibility": "hidden", "extra_data": extra_data or {},
+            "tests": tests}
 
 
 def write_atomically(path, data):
@@ -46,20 +117,27 @@ def write_atomically(path, data):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".results-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
 
 
-def table(rows, summary):
-    """The terminal view: one line per check, part totals, the first feedback line of each failure."""
-    lines = [summary, ""]
+def table(rows, header):
+    """The terminal view for staff: the header (what was graded, how), one line per check, part
+    totals, the first feedback lines of each failure."""
+    lines = [header, ""]
     totals = part_totals(rows)
-    for part in rubric.PARTS:
+    for part in rubric.ALL_PARTS:
         got, out_of = totals[part]
-        lines.append(f"{part:<22} {got:>6.2f} / {out_of}")
+        name = part + (" (extra credit)" if part in rubric.BONUS_PARTS else "")
+        lines.append(f"{name:<28} {got:>6.2f} / {out_of}")
         for row in (r for r in rows if r["check"].part == part):
             check = row["check"]
             mark = "ok " if row["points"] == check.points else "FAIL"
@@ -67,15 +145,16 @@ def table(rows, summary):
             if row["points"] != check.points:
                 said = [line for line in feedback(row).splitlines() if line.strip()]
                 lines += [f"         {line}" for line in said[:4]]
-    total = round(sum(r["points"] for r in rows), 2)
-    lines += ["", f"{'TOTAL':<22} {total:>6.2f} / {rubric.TOTAL}"]
+    bonus = f" (+ up to {rubric.BONUS_TOTAL} extra credit)" if rubric.BONUS_PARTS else ""
+    lines += ["", f"{'TOTAL':<28} {total(rows):>6.2f} / {rubric.TOTAL}{bonus}"]
     return "\n".join(lines)
 
 
-def csv_row(name, rows, status):
-    totals = part_totals(rows)
-    return {"submission": name, "score": round(sum(r["points"] for r in rows), 2), "status": status,
-            **{part: totals[part][0] for part in rubric.PARTS}}
+def csv_fields():
+    return ["submission", "score", *rubric.ALL_PARTS, "status"]
 
 
-CSV_FIELDS = ["submission", "score", *rubric.PARTS, "status"]
+def part_scores(results):
+    """part -> points, from a results.json's tests (their tags)."""
+    return {part: round(sum(t["score"] for t in results["tests"] if part in t["tags"]), 2)
+            for part in rubric.ALL_PARTS}

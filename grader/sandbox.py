@@ -305,7 +305,7 @@ class Sandbox:
             if p == "/" or any(_inside(p, c) for c in chosen):
                 continue
             chosen.append(p)
-            kinds[p] = p in fresh and p not in hidden
+            kinds[p] = p in fresh      # to hide /tmp (a results folder), its fresh tmpfs is enough
         for needed in (self._runtime.python, self._runtime.site, str(self._scratch)):
             if any(_inside(os.path.realpath(needed), c) for c in chosen):
                 raise RuntimeError(f"{needed} is needed inside the sandbox but lies in a hidden folder")

@@ -17,4 +17,4 @@ def score(by_check, default_message="did not run"):
 
 def part_totals(rows):
     return {part: (round(sum(r["points"] for r in rows if r["check"].part == part), 2), rubric.part_points(part))
-            for part in rubric.PARTS}
+            for part in rubric.ALL_PARTS}
