@@ -13,8 +13,9 @@ checks on a bare machine. Everything here needs root.
     Image.run(argv)            argv inside it, with its own mount, pid, UTS and IPC namespaces (the
                                host's network): the root bind-mounted on itself, so it is a mount point
                                as a container's root is, then made the root with pivot_root; /proc, a
-                               minimal /dev and a read-only /sys are mounted. plain_chroot=True enters
-                               it with chroot alone instead: its root then is not a mount point.
+                               minimal /dev and a read-only /sys are mounted. enter="chroot": the same
+                               mount point entered with chroot (a chroot refuses user namespaces);
+                               enter="plain": chroot alone, so the root is not a mount point.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ PIP_FILES = ["/etc/pip.conf", "/etc/xdg/pip", str(Path.home() / ".config/pip/pip
 PASSED_ENV = re.compile(r"^(PIP_\w+|https?_proxy|no_proxy|HTTPS?_PROXY|NO_PROXY)$")
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+ENTER = ("pivot", "chroot", "plain")   # how Image.run enters the root (see the module's docstring)
 RESERVED_UIDS = 16          # sandbox uids the image's graders may use (runtime.UID_BASE on)
 
 
@@ -298,7 +300,7 @@ class Image:
             if os.path.isfile(f):
                 self._copy_in(os.path.realpath(f), f)
 
-    def _script(self, plain_chroot: bool) -> str:
+    def _script(self, enter: str) -> str:
         """The host side: the overlay, then the root, its mounts, and the way in."""
         d = shlex.quote(str(self.dir))
         r = f"{d}/merged/image"
@@ -306,7 +308,9 @@ class Image:
                  f"mount -t overlay -o lowerdir={shlex.quote(str(self.lower))},upperdir={d}/upper,workdir={d}/work "
                  f"gsim-overlay {d}/merged",
                  f"chmod {self.root_mode:04o} {r}"]
-        if not plain_chroot:
+        if enter not in ENTER:
+            raise ValueError(f"enter must be one of {ENTER}")
+        if enter != "plain":
             lines.append(f"mount --bind {r} {r}")                     # a mount point, as a container's root
         lines += [f"mount -t proc -o nosuid,nodev,noexec proc {r}/proc",
                   f"mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {r}/sys",
@@ -319,21 +323,20 @@ class Image:
                   f"mount -t tmpfs -o nosuid,nodev,mode=1777 gsim-shm {r}/dev/shm",
                   f"ln -s /proc/self/fd {r}/dev/fd"]
         lines += [f"ln -s /proc/self/fd/{i} {r}/dev/{name}" for i, name in enumerate(("stdin", "stdout", "stderr"))]
-        if plain_chroot:
-            enter = f'exec {shutil.which("chroot", path=PATH)} {r} /usr/bin/env -i "$@"'
-        else:
+        if enter == "pivot":
             lines += [f"cd {r}", "mkdir -p .gsim-host", f"{shutil.which('pivot_root', path=PATH)} . .gsim-host",
-                      "cd /", "umount -l /.gsim-host", "rmdir /.gsim-host"]
-            enter = 'exec /usr/bin/env -i "$@"'
-        return "\n".join([*lines, enter])
+                      "cd /", "umount -l /.gsim-host", "rmdir /.gsim-host", 'exec /usr/bin/env -i "$@"']
+        else:
+            lines.append(f'exec {shutil.which("chroot", path=PATH)} {r} /usr/bin/env -i "$@"')
+        return "\n".join(lines)
 
-    def run(self, argv, *, env=None, cwd="/", plain_chroot=False, timeout=None, stdout=None, stderr=None):
+    def run(self, argv, *, env=None, cwd="/", enter="pivot", timeout=None, stdout=None, stderr=None):
         """Run argv in the image as root (a CompletedProcess; output captured unless stdout/stderr are
         given). env: on top of PATH, HOME, LANG and the host's pip and proxy settings."""
         full_env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **passed_env(), **(env or {})}
         inner = [*(f"{k}={v}" for k, v in full_env.items()), "/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd, *argv]
         outer = ["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child", "--",
-                 "/bin/sh", "-c", self._script(plain_chroot), "gsim", *inner]
+                 "/bin/sh", "-c", self._script(enter), "gsim", *inner]
         capture = stdout is None and stderr is None
         return subprocess.run(outer, capture_output=capture, stdout=stdout, stderr=stderr, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)

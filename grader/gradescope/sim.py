@@ -212,7 +212,7 @@ def _control(im: image.Image, out: Outcome) -> None:
 def diagnoses(im: image.Image, out: Outcome) -> None:
     """The issue's two broken images, with the grader already set up: each check must name its cause."""
     check = [VENV_PYTHON, "-m", "grader.runtime", "--check"]
-    cases = [("plain chroot (root not a mount point)", {"plain_chroot": True}, 0o755,
+    cases = [("plain chroot (root not a mount point)", {"enter": "plain"}, 0o755,
               ("cannot change root filesystem propagation", "mount --bind")),
              ("root folder 0700", {}, 0o700, ("cannot enter / (mode 0700)", "chmod o+x /"))]
     for what, how, mode, says in cases:
@@ -308,9 +308,10 @@ CHECKS_PACKAGES = ("make", "python3", "python3-venv", "git")
 CHECKS_CMD = 'make .venv/.ready && .venv/bin/python -m pytest checks -q -m "not slow"'
 
 
-def run_checks(suite: str, command: str) -> int:
+def run_checks(suite: str, command: str, enter: str) -> int:
     """Clone this checkout's HEAD into a bare root with only CHECKS_PACKAGES, shared/ beside it as
-    ../shared, and run `command` there as root (default: make check's non-slow part)."""
+    ../shared, and run `command` there as root (default: make check's non-slow part), the root
+    entered as `enter` says (image.ENTER)."""
     with image.Image(suite, CHECKS_PACKAGES, log=log) as im:
         work = im.path("/work")
         work.mkdir(parents=True)
@@ -318,10 +319,12 @@ def run_checks(suite: str, command: str) -> int:
         shared = REPO.parent / "shared"
         if shared.is_dir():
             shutil.copytree(shared, work / "shared", symlinks=True)
-        log(f"{suite}: bare root with {', '.join(CHECKS_PACKAGES)}; HEAD of {REPO} cloned to /work/cs349e, "
-            f"shared/ beside it; running: {command}")
+        head = subprocess.run(["git", "-C", str(work / "cs349e"), "log", "-1", "--format=%h %s"],
+                              capture_output=True, text=True).stdout.strip()
+        log(f"{suite}: bare root with {', '.join(CHECKS_PACKAGES)}, entered by {enter}; {REPO} cloned to "
+            f"/work/cs349e at {head[:80]}, shared/ beside it; running: {command}")
         start = time.monotonic()
-        done = im.run(["sh", "-c", command], cwd="/work/cs349e", stdout=None, stderr=subprocess.STDOUT,
+        done = im.run(["sh", "-c", command], cwd="/work/cs349e", enter=enter, stderr=subprocess.STDOUT,
                       timeout=3600)
         log(f"{suite}: exit {done.returncode} in {time.monotonic() - start:.1f} s")
         return done.returncode
@@ -335,6 +338,8 @@ def main(argv=None):
                                                      "`checks`: bookworm)")
     ap.add_argument("--zip", default=str(REPO / "build" / "autograder.zip"))
     ap.add_argument("--why-not", action="store_true", help="print why it cannot run here, and exit")
+    ap.add_argument("--enter", choices=image.ENTER, default="pivot",
+                    help="`checks`: pivot (as a container), chroot (a mount point entered with chroot)")
     args = ap.parse_args(argv)
     suites = args.suite or (["bookworm"] if args.what == "checks" else ["bookworm", "bullseye"])
     reason = why_not(suites)
@@ -345,7 +350,7 @@ def main(argv=None):
         log(f"cannot run here: {reason}")
         return 2
     if args.what == "checks":
-        return run_checks(suites[0], args.command)
+        return run_checks(suites[0], args.command, args.enter)
     zip_path = Path(args.zip)
     if not zip_path.is_file():
         log(f"{zip_path} is missing: make autograder")
