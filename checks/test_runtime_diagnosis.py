@@ -7,7 +7,6 @@ The fakes are tools that print what the real ones print; the root-only cases mak
 """
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile

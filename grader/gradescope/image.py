@@ -4,7 +4,8 @@ sim.py uses it to try the autograder as Gradescope builds and runs it, and to ru
 checks on a bare machine. Everything here needs root.
 
     base_tree(suite, include)  `debootstrap --variant=minbase`, cached as build/gsim/<suite>-minbase*/image
-                               (built when missing; delete the folder to rebuild). Never changed after.
+                               (built when missing; delete the folder to rebuild; CS349E_GSIM_CACHE
+                               moves the cache, e.g. out of a CI's fresh clone). Never changed after.
     Image(suite, include)      a fresh root: the cached tree under an overlay whose upper layer is new
                                (as Docker layers a container on its image), carrying the host's CA
                                certificates, apt sources and fetch settings, pip settings and resolver,
@@ -33,7 +34,7 @@ from pathlib import Path
 from grader import runtime
 from grader.paths import REPO
 
-CACHE = REPO / "build" / "gsim"
+CACHE = Path(os.environ.get("CS349E_GSIM_CACHE") or REPO / "build" / "gsim")   # base roots + fresh ones
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_CA_COPY = "/usr/local/share/ca-certificates/cs349e-host-bundle.crt"   # survives update-ca-certificates

@@ -2,8 +2,10 @@
 
     python -m grader.gradescope.sim [--suite bookworm --suite bullseye] [--zip build/autograder.zip]
     python -m grader.gradescope.sim --why-not      why it cannot run here (nothing when it can)
-    python -m grader.gradescope.sim checks [--suite bookworm] [CMD]
-                                                   the project's own checks in a bare root (issue 10, 8)
+    python -m grader.gradescope.sim checks [--enter pivot|chroot] [CMD]
+                                                   the project's own checks (default: make check's
+                                                   non-slow part) in a bare bookworm root with only
+                                                   make, python3, python3-venv and git
 
 Per suite, in a fresh root (image.py: debootstrap minbase, cached under build/gsim/; the root a mount
 point, as a container's): the zip unpacked into /autograder/source and run_autograder copied to
@@ -340,7 +342,7 @@ def main(argv=None):
     ap.add_argument("--why-not", action="store_true", help="print why it cannot run here, and exit")
     ap.add_argument("--enter", choices=image.ENTER, default="pivot",
                     help="`checks`: pivot (as a container), chroot (a mount point entered with chroot)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     suites = args.suite or (["bookworm"] if args.what == "checks" else ["bookworm", "bullseye"])
     reason = why_not(suites)
     if args.why_not:
