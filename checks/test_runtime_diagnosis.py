@@ -74,6 +74,17 @@ def test_a_failing_mount_inside_the_launch_script_is_named(tmp_path):
     assert INSTALL_ADVICE not in text
 
 
+def test_an_interpreter_the_sandbox_cannot_exec_is_not_a_numpy_problem(tmp_path):
+    python = "/usr/bin/env"                   # exists, in folders every user may enter; never run here
+    setpriv = fake_tool(tmp_path, "setpriv", f"setpriv: failed to execute {python}: No such file or directory", 127)
+    rt = runtime.Runtime(python=python, site="/usr/lib")
+    with pytest.raises(RuntimeError) as err:
+        runtime.check(rt, [setpriv, "--reuid=64100", "--"])
+    text = str(err.value)
+    assert "could not start its interpreter" in text and "failed to execute" in text
+    assert INSTALL_ADVICE not in text and "Provision the runtime again" not in text
+
+
 @root_only
 def test_a_real_unshare_in_a_plain_chroot_is_diagnosed(open_tmp):
     """The issue's case made for real: a root that is not a mount point, then the sandbox's unshare."""

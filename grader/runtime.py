@@ -305,6 +305,9 @@ def diagnose(rt: Runtime, prefix: list[str], stderr: str, detail: str, version: 
             closed = closed_folder(path if os.path.isdir(path) else os.path.dirname(path))
             if closed:
                 return f"the sandbox cannot run `{rt.python} -I -S` ({detail}): {_closed_fix(path, closed)}."
+    if detail.startswith("setpriv: failed to execute"):
+        return (f"the sandbox could not start its interpreter ({detail}): {rt.python} must exist inside the "
+                f"sandbox's new root, outside the folders it hides ({', '.join(UNSUITABLE)}).")
     return (f"the sandbox's interpreter {rt.python} runs, but not numpy {version} from {rt.site} ({detail}). "
             f"Provision the runtime again, as root: python -m grader.runtime (setup.sh does it), then retry.")
 
