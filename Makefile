@@ -6,7 +6,7 @@ IMPL   ?= starter
 PART   ?=
 SUBMISSION ?= solution/paged_kv.py
 
-.PHONY: help test demo submit handout grade batch autograder check selftest bench clean
+.PHONY: help test demo submit handout grade batch autograder gradescope-sim check selftest bench clean
 
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
@@ -17,6 +17,7 @@ help:
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
 	@echo "make batch DIR=d [JOBS=2]  grade a folder of submissions into build/gradebook.csv (rerun to resume)"
 	@echo "make autograder            build/autograder.zip for Gradescope"
+	@echo "make gradescope-sim        as root: build and run the autograder as Gradescope does, in fresh Debian roots"
 	@echo "make selftest              grade the mutants, correct variants and hostile submissions"
 	@echo "make bench                 the benchmarks reported in the issues"
 
@@ -49,6 +50,12 @@ batch: $(VENV)/.ready
 
 autograder: $(VENV)/.ready
 	$(PY) -m grader.gradescope.build build/autograder.zip
+
+# Fresh Debian roots (debootstrap minbase, cached in build/gsim/): setup.sh, then run_autograder on the
+# reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.
+SUITES ?= bookworm bullseye
+gradescope-sim: autograder
+	$(PY) -m grader.gradescope.sim $(foreach s,$(SUITES),--suite $(s)) --zip build/autograder.zip
 
 selftest: $(VENV)/.ready
 	$(PY) -m grader.selftest.run --jobs $(JOBS)

@@ -8,6 +8,7 @@ a marker the worker itself writes), so the assertion can fail.
 """
 import os
 import socket
+import subprocess
 import textwrap
 import threading
 import time
@@ -505,6 +506,7 @@ def test_minimal_environment_and_identity(make_box, isolate):
 
 NET = '''
 import socket
+import subprocess
 def run(port):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
@@ -557,8 +559,25 @@ def test_secrets_are_unreadable(make_box, results_dir, isolate):
     assert got[str(runtime.STATE_DIR / "scratch")] == "PermissionError"
 
 
+def user_namespaces_refused():
+    """Why this machine cannot make a user namespace (a chroot, many containers, a sysctl), or ""."""
+    try:
+        done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"`unshare --user --map-root-user --mount true`: {e}"
+    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return "" if done.returncode == 0 else f"`unshare --user --map-root-user --mount true` fails here: {last}"
+
+
 @pytest.mark.parametrize("isolate", MODES)
 def test_a_user_namespace_does_not_unmask_the_project(make_box, isolate):
+    """The attack needs user namespaces: where the machine refuses them, the control cannot read the
+    reference and the isolated case would pass whatever the sandbox does, so both skip and say why."""
+    refused = user_namespaces_refused()
+    if refused:
+        pytest.skip(f"premise missing: {refused} (the kernel refuses user namespaces, e.g. in a chroot); "
+                    f"the attack cannot be tried here")
     box = make_box('''
         import subprocess
         def run(path):
@@ -731,13 +750,7 @@ def test_worker_files_are_one_list_of_existing_lab_files():
 
 # ------------------------------------------------------------------------------------ the runtime
 
-def test_runtime_check_says_what_to_do_when_it_cannot_run(tmp_path):
-    empty = tmp_path / "no-numpy-here"
-    empty.mkdir()
-    for broken in (runtime.Runtime(python="/nonexistent/python3.11", site=str(empty)),
-                   runtime.Runtime(python=runtime.sys.executable, site=str(empty))):
-        with pytest.raises(RuntimeError, match=r"apt-get install python3\.\d+\) or run the grader's gradescope/setup\.sh"):
-            runtime.check(broken, prefix=[])
+# What check() says when it cannot run: checks/test_runtime_diagnosis.py.
 
 
 def test_only_interpreters_other_users_can_reach_qualify(tmp_path):

@@ -11,9 +11,12 @@ numpy on sys.path itself:
   world-readable, written to a temp dir and renamed into place so two graders cannot collide;
 - not isolated: PY is sys.executable and the folder holds symlinks to the venv's numpy.
 
-`check` proves it works by running a smoke program as the sandbox uid, and otherwise says what to do.
+`check` proves it works by running a smoke program as the sandbox uid, and otherwise names the real
+cause and its fix: the launch step that failed (isolation cannot start), a folder on the way that the
+sandbox's uid cannot enter, numpy missing from the runtime, or (only then) a missing interpreter.
 
-    python -m grader.runtime [--check]     provision, then check, as root (what setup.sh runs)
+    python -m grader.runtime [--check]     provision, check, then start a whole sandbox, as root
+                                           (what setup.sh runs, so a broken image fails at build time)
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import fcntl
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -103,17 +107,68 @@ def _cache_tag(python: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _shared_python() -> str:
-    """An interpreter of the grader's own version that every user can run."""
+def closed_folder(path: str | os.PathLike) -> str | None:
+    """The first folder, from / down, on the way to `path` (or `path` itself if a folder) that other
+    users cannot enter (no o+x): a 0700 root folder, as an unpacked tarball or mktemp -d leaves it.
+    None when every existing one is open."""
+    p = Path(os.path.realpath(path))
+    for d in [*reversed(p.parents), p]:
+        try:
+            st = d.stat()
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        if not st.st_mode & stat.S_IXOTH:
+            return str(d)
+    return None
+
+
+def _mode(path: str) -> str:
+    try:
+        return f"{stat.S_IMODE(os.stat(path).st_mode):04o}"
+    except OSError:
+        return "unknown"
+
+
+def _closed_fix(path: str, closed: str) -> str:
+    return (f"the sandbox's unprivileged uid cannot enter {closed} (mode {_mode(closed)}), which lies on the "
+            f"way to {path}. Fix: chmod o+x {closed} (as root); every folder from / down must let other "
+            f"users pass (an unpacked tarball or mktemp -d leaves its folder 0700)")
+
+
+def _candidates() -> list[str]:
     minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    candidates = [sys.executable, f"/usr/local/bin/{minor}", f"/usr/bin/{minor}"]
+    return [sys.executable, f"/usr/local/bin/{minor}", f"/usr/bin/{minor}"]
+
+
+def _shared_python() -> str:
+    """An interpreter of the grader's own version that every user can run. When none qualifies, an
+    installed one that the sandbox's uid cannot reach is named with its fix; only when there is none
+    at all does the error say to install one."""
+    minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    candidates, seen, blocked, tried = _candidates(), set(), [], []
     for cand in candidates:
         real = os.path.realpath(cand)
-        if not real.startswith(UNSUITABLE) and reachable_by_others(real) \
-                and _cache_tag(real) == sys.implementation.cache_tag:
+        if real in seen:
+            continue
+        seen.add(real)
+        if not os.path.isfile(real):
+            tried.append(f"{cand}: missing")
+        elif real.startswith(UNSUITABLE):
+            tried.append(f"{real}: in a folder the sandbox hides")
+        elif closed_folder(os.path.dirname(real)):
+            blocked.append(_closed_fix(real, closed_folder(os.path.dirname(real))))
+        elif not os.stat(real).st_mode & stat.S_IXOTH:
+            blocked.append(f"{real} is not executable by other users. Fix: chmod o+rx {real}")
+        elif _cache_tag(real) != sys.implementation.cache_tag:
+            tried.append(f"{real}: not {sys.implementation.cache_tag}")
+        else:
             return real
+    if blocked:
+        raise RuntimeError(f"{minor} is installed but the sandbox cannot run it: {blocked[0]}.")
     raise RuntimeError(
-        f"no {minor} interpreter that an unprivileged user can run (tried {', '.join(candidates)}); "
+        f"no {minor} interpreter that an unprivileged user can run ({'; '.join(tried)}); "
         f"the grader's numpy wheel needs {sys.implementation.cache_tag}. Install one "
         f"(Debian: apt-get install {minor}) or run the grader's gradescope/setup.sh.")
 
@@ -178,7 +233,7 @@ def for_this_user(folder: str | os.PathLike) -> Runtime:
 
 def check(rt: Runtime, prefix: list[str] | None = None, *, cwd: str = "/") -> None:
     """Run the smoke program under `prefix` (default: as a free sandbox uid when root, else as this
-    user); RuntimeError saying what to do if it fails."""
+    user); RuntimeError naming the real cause and its fix if it fails (see diagnose)."""
     if prefix is None and os.geteuid() == 0:
         uid, lock = claim_uid()
         try:
@@ -192,20 +247,88 @@ def check(rt: Runtime, prefix: list[str] | None = None, *, cwd: str = "/") -> No
                              env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1"})
         if out.returncode == 0 and out.stdout.strip() == version:
             return
-        detail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        stderr = out.stderr
+        detail = (stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
     except (OSError, subprocess.TimeoutExpired) as e:
-        detail = f"{type(e).__name__}: {e}"
-    closed = [d for d in (Path(rt.site), *Path(rt.site).parents) if d.exists() and not d.stat().st_mode & stat.S_IXOTH]
-    if closed and prefix:
-        detail += f"; other users cannot enter {closed[-1]}"
+        stderr, detail = "", f"{type(e).__name__}: {e}"
+    raise RuntimeError(diagnose(rt, list(prefix or []), stderr, detail, version))
+
+
+# Tools of the sandbox's launch chain (sandbox.Sandbox._prefix): util-linux's message format is
+# "tool: message"; the launch script's shell says "sh: LINE: ...".
+_LAUNCH_LINE = re.compile(r"^(?:\S*/)?(prlimit|setpriv|unshare|mount|umount|chroot|mkdir|chmod|ln|sh)(?::| \d+:)")
+
+
+def _failed_command(tool: str, prefix: list[str]) -> str:
+    """The failing tool's own argv from the prefix (its last occurrence: the one nearest the
+    interpreter), up to its `--`; or where it ran, when it ran inside the launch script."""
+    at = [i for i, a in enumerate(prefix) if os.path.basename(a) == tool]
+    if not at:
+        return f"{tool} (in the sandbox's launch script)"
+    args = prefix[at[-1]:]
+    end = args.index("--") if "--" in args else len(args)
+    return " ".join([tool, *args[1:end]])
+
+
+def _isolation_fix(message: str) -> str:
+    if "propagation" in message:
+        return ("The root folder is not a mount point (a plain chroot does that), so no mount namespace can "
+                "be made private. Run the grader in a container, whose root is a mount point (Docker, "
+                "Gradescope), or bind-mount the root on itself before entering it "
+                "(mount --bind ROOT ROOT, then chroot ROOT or pivot_root).")
+    if "not permitted" in message or "ermission denied" in message:
+        return ("This machine or container refuses root new namespaces or mounts (a container without "
+                "CAP_SYS_ADMIN, a seccomp profile, a user namespace). Run the grader as real root: in a "
+                "privileged container, a VM, or on Gradescope; or grade only trusted code with --isolate no.")
+    if "not found" in message or "No such file" in message:
+        return "A tool of the sandbox is missing: apt-get install util-linux coreutils."
+    return ("The sandbox needs root, util-linux (prlimit, setpriv, unshare, mount) and permission to make "
+            "pid, network, mount and IPC namespaces.")
+
+
+def diagnose(rt: Runtime, prefix: list[str], stderr: str, detail: str, version: str) -> str:
+    """Why `prefix + [rt.python, ...]` could not run numpy, most specific cause first: the interpreter
+    is missing; a step of the launch chain failed (the command, its message, the fix); a folder on the
+    way to the interpreter or the runtime is closed to the sandbox's uid; else numpy itself."""
     minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    raise RuntimeError(
-        f"the sandbox cannot run numpy {version}: `{rt.python} -I -S` with {rt.site} on sys.path failed "
-        f"({detail}). Install {minor} (Debian: apt-get install {minor}) or run the grader's "
-        f"gradescope/setup.sh, as root, then retry.")
+    if not os.path.isfile(rt.python):
+        return (f"the sandbox's interpreter {rt.python} is missing. Install {minor} (Debian: apt-get install "
+                f"{minor}) or run the grader's gradescope/setup.sh, as root, then retry.")
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    launch = [line for line in lines if _LAUNCH_LINE.match(line) and not line.startswith("setpriv: failed to execute")]
+    if launch:
+        tool = _LAUNCH_LINE.match(launch[-1]).group(1)
+        return (f"isolation cannot start: `{_failed_command(tool, prefix)}` failed: {launch[-1]}. "
+                f"{_isolation_fix(launch[-1])}")
+    if prefix:                                           # another uid ran it: can it get there?
+        for path in (rt.python, rt.site):
+            closed = closed_folder(path if os.path.isdir(path) else os.path.dirname(path))
+            if closed:
+                return f"the sandbox cannot run `{rt.python} -I -S` ({detail}): {_closed_fix(path, closed)}."
+    if detail.startswith("setpriv: failed to execute"):
+        return (f"the sandbox could not start its interpreter ({detail}): {rt.python} must exist inside the "
+                f"sandbox's new root, outside the folders it hides ({', '.join(UNSUITABLE)}).")
+    return (f"the sandbox's interpreter {rt.python} runs, but not numpy {version} from {rt.site} ({detail}). "
+            f"Provision the runtime again, as root: python -m grader.runtime (setup.sh does it), then retry.")
+
+
+def self_check() -> str:
+    """What setup.sh runs: provision, check as the sandbox uid, then start a whole sandbox on the
+    reference (namespaces, new root, privilege drop) and import it. Returns the protections in force."""
+    rt = provision()
+    check(rt)
+    from grader.sandbox import Sandbox          # here: the sandbox imports this module
+    reference = Path(__file__).resolve().parents[1] / "solution" / "paged_kv.py"
+    with Sandbox(reference) as box:             # its constructor runs the smoke program through the chain
+        reply = box.check_import()
+        if reply.status != "ok" or reply.data["missing"]:
+            raise RuntimeError(f"the sandbox started but could not import the reference: {reply.error}")
+        return f"sandbox ok: {rt.python} + {rt.site}; " + "; ".join(box.protections())
 
 
 if __name__ == "__main__":              # `--check` (what setup.sh passes) is what it always does
-    runtime = provision()
-    check(runtime)
-    print(f"sandbox runtime ok: {runtime.python} + {runtime.site}")
+    try:
+        print(self_check())
+    except RuntimeError as e:
+        print(f"grader.runtime: the sandbox cannot run on this machine: {e}", file=sys.stderr)
+        sys.exit(1)
