@@ -11,7 +11,7 @@ SUBMISSION ?= solution/paged_kv.py
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
 	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write]"
-	@echo "make demo [IMPL=dir]       the lecture's four demos on an implementation"
+	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
 	@echo "make submit                build/submission.zip from starter/paged_kv.py"
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
@@ -31,7 +31,7 @@ test: $(VENV)/.ready
 	$(PY) tools/labtool.py test --impl $(IMPL) --part "$(PART)"
 
 demo: $(VENV)/.ready
-	$(PY) lab/demo.py --impl $(IMPL)
+	$(PY) lab/demo.py --impl $(IMPL) --lang "$(LANG)"
 
 submit: $(VENV)/.ready
 	$(PY) tools/labtool.py submit --impl $(IMPL) --out build/submission.zip

@@ -1,4 +1,5 @@
-"""Benchmarks of the reference (make bench): demo wall time, cost of paging in decode, pool memory.
+"""Benchmarks of the reference (make bench): demo wall time, cost of paging in decode, pool memory,
+and demo 5 (the bonus): prefix caching's wall time and figures.
 
     .venv/bin/python bench/run.py
 
@@ -9,6 +10,8 @@ one batch (the common case in parallel sampling and beam search), so with equal 
 very computation of (i), plus the gather through the block tables, and its logits equal (i) bit for
 bit. Sequences at different positions run one by one, like (ii): that is (b2).
 """
+import contextlib
+import io
 import os
 import statistics
 import subprocess
@@ -20,6 +23,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "solution"), os.path.join(ROOT, "lab")]
 
+import demo  # noqa: E402
 import paged_kv as pk  # noqa: E402
 from transformer_lab import TINY, KVCache, forward, init_params  # noqa: E402
 
@@ -34,6 +38,33 @@ def demo_wall_time():
                        stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def prefix_cache_report():
+    """(d) demo 5 alone, in-process (median of 3), then its figures and each run's time per R."""
+    lab, times = demo._Lab(), []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            demo.demo5_prefix_cache(pk, lab)
+        times.append(time.perf_counter() - t0)
+    print(f"\n(d) demo 5 (prefix cache, bonus): {statistics.median(times):.2f} s (median of 3). {demo.SYSTEM5}-token "
+          f"system prompt + {demo.QUESTION5}-token question per request, {demo.STEPS5} decode steps, block size "
+          f"{demo.BS5}")
+    print("     R  prefill tokens computed  saved  peak blocks  hit rate  serve time (s)  max |cached - uncached|")
+    print("        no cache -> cache               no cache -> cache       no cache / cache")
+    for R in (2, 4, 8):
+        prompts, runs = demo.shared_prompts(lab, R), []
+        for with_cache in (False, True):
+            t0 = time.perf_counter()
+            runs.append(demo.serve(pk, lab, prompts, with_cache))
+            runs[-1]["seconds"] = time.perf_counter() - t0
+        plain, cached = runs
+        saved = 1 - cached["computed"] / plain["computed"]
+        hit = cached["hit"] / sum(map(len, prompts))
+        print(f"    {R:>2}  {plain['computed']:>10} -> {cached['computed']:<10}  {saved:>5.1%}  "
+              f"{plain['peak']:>4} -> {cached['peak']:<5}  {hit:>8.1%}  "
+              f"{plain['seconds']:>6.3f} / {cached['seconds']:<6.3f}  {demo.max_difference(plain, cached):.1e}")
 
 
 def paged_run(step_fn, params, prompts, steps):
@@ -108,6 +139,7 @@ def main():
           f"{256 * 16} token slots.\n    A contiguous KVCache(TINY, 1) reserves max_len={TINY.max_len} slots: "
           f"{per_seq:,} bytes per sequence, so the pool holds the KV of {256 * 16 // TINY.max_len} max-length "
           f"sequences or of {256} sequences of <= 16 tokens.")
+    prefix_cache_report()
 
 
 if __name__ == "__main__":

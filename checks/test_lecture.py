@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import demo as lab_demo
+import demo_text
 import paged_kv as pk
 import transformer_lab as tl
 from transformer_lab import TINY
@@ -167,15 +169,119 @@ def test_demo4_saving_grows_with_k():
     assert saving[0] < saving[1] < saving[2], saving
 
 
-# ================================================================== lab/demo.py
+# ================================================================== demo 5 (bonus): a shared system prompt
+S5, Q5, D5, B5 = lab_demo.SYSTEM5, lab_demo.QUESTION5, lab_demo.STEPS5, lab_demo.BS5
+L5 = S5 + Q5
+
+
+@lru_cache(maxsize=None)
+def demo5(R):
+    lab = lab_demo._Lab()
+    prompts = lab_demo.shared_prompts(lab, R)
+    return prompts, lab_demo.serve(pk, lab, prompts, False), lab_demo.serve(pk, lab, prompts, True)
+
+
+@pytest.mark.parametrize("R", [2, 4, 8])
+def test_demo5_figures(R):
+    """From the setup alone: the system prompt fills S5 / B5 blocks exactly, so every request after
+    the first hits all of them and computes its question; after D5 decodes each request holds
+    ceil((L5 + D5) / B5) blocks, of which the system prompt's are shared."""
+    prompts, plain, cached = demo5(R)
+    assert S5 % B5 == 0 and Q5 < B5
+    assert all(len(p) == L5 and list(p[:S5]) == list(prompts[0][:S5]) for p in prompts)
+    assert len({tuple(p[S5:]) for p in prompts}) == R, "each request has its own question"
+    assert (plain["computed"], cached["computed"]) == (R * L5, L5 + (R - 1) * Q5)
+    assert (plain["hit"], cached["hit"]) == (0, (R - 1) * S5)
+    per_request, shared = math.ceil((L5 + D5) / B5), S5 // B5
+    assert (plain["peak"], cached["peak"]) == (R * per_request, shared + R * (per_request - shared))
+    assert cached["outputs"] == plain["outputs"], "the cache changed the outputs"
+    assert lab_demo.max_difference(plain, cached) <= 1e-10
+
+
+@pytest.mark.parametrize("R", [2, 8])
+def test_demo5_logits_equal_the_contiguous_forward(R):
+    prompts, _, cached = demo5(R)
+    for i, (prompt, rows, tokens) in enumerate(zip(prompts, cached["logits"], cached["outputs"])):
+        kv = tl.KVCache(TINY, 1)
+        full = tl.forward(PARAMS, TINY, prompt[None], cache=kv)[0]
+        assert len(rows[0]) == (L5 if i == 0 else Q5)
+        assert np.max(np.abs(rows[0] - full[L5 - len(rows[0]):])) <= 1e-10, f"request {i}: prefill logits"
+        for step in range(D5):
+            expected = tl.forward(PARAMS, TINY, np.array([[tokens[step]]]), cache=kv)[0]
+            assert np.max(np.abs(rows[step + 1] - expected)) <= 1e-10, f"request {i}: decode {step}"
+
+
+def test_demo5_prints_the_figures(capsys):
+    lab_demo.demo5_prefix_cache(pk, lab_demo._Lab())
+    out = capsys.readouterr().out
+    for R in (2, 4, 8):
+        per_request = math.ceil((L5 + D5) / B5)
+        row = re.search(rf"^ +{R}  (.*)$", out, re.M)
+        assert row, f"no row for R={R}:\n{out}"
+        cells = row.group(1).split()
+        assert " ".join(cells[:3]) == f"{R * L5} / {L5 + (R - 1) * Q5}", cells
+        assert cells[3] == f"{(R - 1) * S5 / (R * L5):.1%}"
+        assert " ".join(cells[4:7]) == f"{R * per_request} / {S5 // B5 + R * (per_request - S5 // B5)}"
+        assert cells[7] == "identical", cells
+    chain = list(range(S5 // B5))            # the first request on a fresh pool, lowest free first
+    assert f"{S5 // B5} blocks are still in use" in out
+    assert f"releases blocks {', '.join(map(str, chain[::-1]))}: the tail" in out
+
+
+# ================================================================== lab/demo.py, both languages
+@lru_cache(maxsize=None)
+def demo_output(*args):
+    return run(["lab/demo.py", *args])
+
+
 def test_demo_py_on_reference():
-    code, out = run(["lab/demo.py", "--impl", "solution"])
+    code, out = demo_output("--impl", "solution", "--lang", "en")
     assert code == 0, out[-3000:]
-    for n in (1, 2, 3, 4):
+    for n in (1, 2, 3, 4, 5):
         assert out.count(f"Demo {n}:") == 1, f"Demo {n} header missing:\n{out[-3000:]}"
     for bad in ("Traceback", "crashed", "not implemented", "DIFFERENT"):
         assert bad not in out, f"{bad!r} in the output of lab/demo.py --impl solution:\n{out[-3000:]}"
     assert "[0, 2, 4]" in out
+
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def test_demo_py_in_chinese_has_the_same_numbers():
+    """Every figure, in the same amounts: the texts agree on their numbers and the rest are the
+    same computed values."""
+    code, zh = demo_output("--impl", "solution", "--lang", "zh")
+    assert code == 0, zh[-3000:]
+    for n in (1, 2, 3, 4, 5):
+        assert zh.count(f"演示 {n}：") == 1, f"演示 {n} missing:\n{zh[-3000:]}"
+    for english in ("Demo ", "Observations", "identical", "DIFFERENT", "Traceback", "not implemented", "不同"):
+        assert english not in zh, f"{english!r} in the Chinese output"
+    assert zh.count("观察：") == 5 and "块表" in zh and "写时复制" in zh and "相同" in zh
+    en = demo_output("--impl", "solution", "--lang", "en")[1]
+    assert Counter(NUMBER.findall(zh)) == Counter(NUMBER.findall(en))
+
+
+def test_demo_texts_agree():
+    """Same keys, same kinds, same {fields}, same numbers: nothing said in one language only."""
+    en, zh = demo_text.TEXTS["en"], demo_text.TEXTS["zh"]
+    assert set(demo_text.TEXTS) == {"en", "zh"} and en.keys() == zh.keys()
+    fields = re.compile(r"\{(\w*)\}")
+    for key in en:
+        assert type(en[key]) is type(zh[key]), key
+        pairs = zip(en[key], zh[key]) if isinstance(en[key], list) else [(en[key], zh[key])]
+        assert not isinstance(en[key], list) or len(en[key]) == len(zh[key]), key
+        for e, z in pairs:
+            assert sorted(fields.findall(e)) == sorted(fields.findall(z)), f"{key}: fields differ"
+            assert Counter(NUMBER.findall(e)) == Counter(NUMBER.findall(z)), f"{key}: numbers differ:\n{e}\n{z}"
+            assert not re.search(r"[\u4e00-\u9fff]", e), f"{key}: Chinese in the English text"
+            assert re.search(r"[\u4e00-\u9fff]", z), f"{key}: no Chinese in the Chinese text"
+
+
+@pytest.mark.parametrize("name,lang", [("zh", "zh"), ("zh_CN.UTF-8", "zh"), ("zh_TW", "zh"), ("ZH", "zh"),
+                                       ("", "en"), (None, "en"), ("C", "en"), ("C.UTF-8", "en"),
+                                       ("en_US.UTF-8", "en"), ("de_DE", "en"), ("xzh", "en")])
+def test_language_follows_gettext(name, lang):
+    assert demo_text.language(name) == lang
 
 
 STUB = '''"""Stubs: every name of the contract raises NotImplementedError."""
@@ -241,8 +347,44 @@ def blockwise_attention(q, seq, layer):
 
 def test_demo_py_on_stubs(tmp_path):
     (tmp_path / "paged_kv.py").write_text(STUB)
-    code, out = run(["lab/demo.py", "--impl", str(tmp_path)])
+    code, out = run(["lab/demo.py", "--impl", str(tmp_path), "--lang", "en"])
     assert code == 0, out[-3000:]
     assert "Traceback" not in out and "crashed" not in out, out[-3000:]
-    for name in ("demo1_block_table", "demo2_equivalence", "demo3_parallel_sampling", "demo4_beam_search"):
+    for name in ("demo1_block_table", "demo2_equivalence", "demo3_parallel_sampling", "demo4_beam_search",
+                 "demo5_prefix_cache"):
         assert f"[{name}] not implemented yet" in out, f"{name} does not say 'not implemented yet':\n{out}"
+    assert "bonus not attempted" in out
+
+
+def test_demo_py_on_the_starter():
+    code, out = run(["lab/demo.py", "--impl", "starter", "--lang", "en"])
+    assert code == 0 and "Traceback" not in out, out[-3000:]
+    assert out.count("not implemented yet") == 5, out
+
+
+def test_demo_py_without_part_5(tmp_path):
+    """A submission written before the bonus existed: demos 1-4 run, demo 5 says so."""
+    text = (ROOT / "solution" / "paged_kv.py").read_text()
+    cut = text.index("\n# ----------------------------------------------------------------"
+                     " Part 5 (bonus)")
+    (tmp_path / "paged_kv.py").write_text(text[:cut] + "\n")
+    code, out = run(["lab/demo.py", "--impl", str(tmp_path), "--lang", "en"])
+    assert code == 0, out[-3000:]
+    for n in (1, 2, 3, 4):
+        assert out.count(f"Demo {n}:") == 1
+    assert "Demo 5:" not in out and "Traceback" not in out and "DIFFERENT" not in out
+    assert out.count("not implemented yet") == 1 and "[demo5_prefix_cache] not implemented yet" in out
+    assert "bonus not attempted" in out
+
+
+@pytest.mark.parametrize("env_lang,word", [("zh_CN.UTF-8", "还没有实现"), ("C.UTF-8", "not implemented yet")])
+def test_demo_language_from_lang_and_utf8_whatever_the_locale(tmp_path, env_lang, word):
+    """No --lang: $LANG decides. Chinese prints even when Python would pick ASCII for stdout."""
+    (tmp_path / "paged_kv.py").write_text(STUB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_")}
+    env.update(LANG=env_lang, PYTHONIOENCODING="ascii")
+    r = subprocess.run([sys.executable, "lab/demo.py", "--impl", str(tmp_path)], cwd=ROOT, env=env,
+                       capture_output=True, timeout=120)
+    out = r.stdout.decode("utf-8")
+    assert r.returncode == 0 and "Traceback" not in out, out + r.stderr.decode(errors="replace")
+    assert out.count(word) == 5, out

@@ -716,3 +716,526 @@ def check_invariants(pool, model, live, peak, what):
         assert s.seq.blocks == model.tables[key], f"{what}: table of {key} {s.seq.blocks}, model {model.tables[key]}"
         assert s.seq.length == model.lengths[key] == s.shadow.length, f"{what}: length of {key}"
         assert len(s.seq.blocks) == math.ceil(s.seq.length / pool.block_size), f"{what}: table size of {key}"
+
+
+# ================================================================== Part 5 (bonus): the prefix cache
+# Block ids below are worked out by hand from the contract: lowest free block first, the cache's own
+# reference, the lookup cap, recency from insert (deepest first, so block 0 of a use ends newest).
+def request(cfg, pool, cache, prompt, computed=None):
+    """A new request prefilled through the cache; its logits must be the contiguous forward's logits
+    of the positions it computed (`computed` of them, when given)."""
+    s = Shadowed(pool, cfg)
+    out = pk.cached_prefill(params(cfg), cfg, s.seq, prompt, cache)
+    full = s.expect(prompt)
+    if computed is not None:
+        assert len(out) == computed, f"computed {len(out)} positions, expected {computed}"
+    assert_close(out, full[len(prompt) - len(out):], 1e-10, f"cached prefill of {len(prompt)} tokens")
+    return s
+
+
+def cache_snapshot(pool, cache, seqs):
+    return {**snapshot(pool, seqs), "n_cached": cache.n_cached, "n_hit_tokens": cache.n_hit_tokens}
+
+
+def assert_cache_unchanged(before, pool, cache, seqs, what):
+    assert_unchanged({k: v for k, v in before.items() if k not in ("n_cached", "n_hit_tokens")}, pool, seqs, what)
+    assert (cache.n_cached, cache.n_hit_tokens) == (before["n_cached"], before["n_hit_tokens"]), \
+        f"{what} changed the cache's n_cached or n_hit_tokens"
+
+
+def eviction_order(pool, cache):
+    """Evict one block at a time until nothing more goes: the ids released, in order (seen as the
+    block whose refcount drops from 1 to 0)."""
+    order = []
+    while True:
+        before = [pool.refcount(b) for b in range(pool.n_blocks)]
+        n = cache.evict(1)
+        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
+        changed = [b for b in range(pool.n_blocks) if before[b] != pool.refcount(b)]
+        assert changed == gone and len(gone) == n, f"evict(1) returned {n}, refcounts changed at {changed}"
+        if n == 0:
+            return order
+        order += gone
+
+
+def two_prompts(cfg=ODD, bs=4):
+    """A (13 tokens) and B: A's first 8 tokens, then 5 of its own."""
+    a = toks(cfg, 13, 50)
+    b = np.concatenate([a[:8], toks(cfg, 5, 51)])
+    return a, b
+
+
+def test_first_request_caches_its_full_blocks():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    assert (cache.pool, cache.n_hit_tokens, cache.n_cached) == (pool, 0, 0)
+    a = request(ODD, pool, cache, two_prompts()[0], computed=13)
+    assert a.seq.blocks == [0, 1, 2, 3] and a.seq.length == 13
+    assert cache.n_cached == 3, "13 tokens of block size 4: 3 full blocks cached, not the partial 4th"
+    assert [pool.refcount(b) for b in range(5)] == [2, 2, 2, 1, 0]
+    a.seq.free()
+    assert (pool.n_used, cache.n_cached) == (3, 3), "the cache's own reference keeps its blocks in use"
+    assert [pool.refcount(b) for b in range(5)] == [1, 1, 1, 0, 0]
+
+
+def test_second_request_reuses_the_shared_prefix():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa, pb = two_prompts()
+    a = request(ODD, pool, cache, pa)
+    b = request(ODD, pool, cache, pb, computed=5)                  # 8 tokens = blocks 0, 1 of A hit
+    assert b.seq.blocks == [0, 1, 4, 5] and b.seq.length == 13
+    assert cache.n_hit_tokens == 8
+    assert cache.n_cached == 4, "B's third block (A's 8 tokens + 4 of its own) is a new key"
+    assert [pool.refcount(x) for x in range(6)] == [3, 3, 2, 1, 2, 1]
+    for s in (a, b):                                               # both decode on, still equal to forward
+        for t in range(5):
+            step_and_compare(ODD, [(s, [(3 * t + 1) % ODD.vocab])], "decode after a cached prefill")
+    assert pool.n_copies == 0, "no block was shared partly filled: no copy-on-write"
+
+
+def test_same_block_content_after_a_different_prefix_misses():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa = toks(ODD, 13, 52)
+    request(ODD, pool, cache, pa)
+    other = np.concatenate([toks(ODD, 4, 53), pa[4:]])             # blocks 1, 2 of A after another block 0
+    assert other[0:4].tolist() != pa[0:4].tolist()
+    assert cache.lookup(other) == []
+    assert cache.lookup(np.concatenate([pa[:4], other])) == [0], "only block 0's key matches"
+    request(ODD, pool, cache, other, computed=13)
+
+
+@pytest.mark.parametrize("n,hits", [(0, []), (1, []), (4, []), (5, [0]), (8, [0]), (9, [0, 1]), (11, [0, 1]),
+                                    (12, [0, 1]), (13, [0, 1, 2]), (20, [0, 1, 2])])
+def test_lookup_is_capped_to_leave_a_token(n, hits):
+    """A's 12 tokens fill blocks 0, 1, 2 (all cached); tokens = A's first n (plus A's 13th token
+    and more when n > 12): at most (n - 1) // 4 blocks."""
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(ODD, 20, 54)
+    request(ODD, pool, cache, prompt[:12])
+    assert cache.n_cached == 3
+    assert cache.lookup(prompt[:n]) == hits
+    assert cache.lookup(list(prompt[:n])) == hits, "a list of numpy integers is the same key"
+    assert cache.lookup([int(t) for t in prompt[:n]]) == hits, "a list of Python ints is the same key"
+
+
+def test_fully_cached_prompt_recomputes_its_last_block():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(ODD, 12, 55)
+    request(ODD, pool, cache, prompt)                              # blocks 0, 1, 2, all cached
+    again = request(ODD, pool, cache, prompt, computed=4)          # hits 0, 1; block 2 recomputed
+    assert again.seq.blocks == [0, 1, 3] and cache.n_hit_tokens == 8
+    assert cache.n_cached == 3 and pool.refcount(3) == 1, "the recomputed block's key is cached already"
+    assert pool.n_copies == 0
+
+
+def test_lookup_changes_nothing():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa, pb = two_prompts()
+    for p in (pa, pb):
+        request(ODD, pool, cache, p).seq.free()
+    before = cache_snapshot(pool, cache, [])
+    for p in (pa, pb, pa[:9], pa):
+        cache.lookup(p)
+    assert_cache_unchanged(before, pool, cache, [], "lookup")
+    # A (freed) left 0, 1, 2 cached; B hit 0, 1 and cached its block 3 (A's 3 was free again).
+    # Recency after B: 2, 3, 1, 0 (B's use: 3, then 1, then 0)
+    assert eviction_order(pool, cache) == [2, 3, 1, 0], "lookup must not change recency"
+
+
+def test_insert_counts_new_blocks_and_takes_a_reference():
+    cfg, bs = ODD, 4
+    pool = pk.BlockPool(cfg, n_blocks=16, block_size=bs)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(cfg, 12, 56)
+    s, t = pk.PagedSequence(pool), pk.PagedSequence(pool)
+    pk.paged_step(params(cfg), cfg, [s, t], [prompt[:10], prompt[:10]])
+    assert (s.blocks, t.blocks) == ([0, 1, 2], [3, 4, 5])
+    assert cache.insert(prompt[:10], s.blocks) == 2, "10 tokens: 2 full blocks"
+    assert [pool.refcount(b) for b in range(6)] == [2, 2, 1, 1, 1, 1]
+    assert cache.insert(prompt[:10], s.blocks) == 0
+    assert cache.insert(prompt[:10], t.blocks) == 0, "the keys are cached: t's blocks are not taken"
+    assert [pool.refcount(b) for b in range(6)] == [2, 2, 1, 1, 1, 1]
+    pk.paged_step(params(cfg), cfg, [t], [prompt[10:12]])          # t's third block is full now
+    assert cache.insert(prompt[:12], t.blocks) == 1
+    assert cache.lookup(np.append(prompt[:12], 1)) == [0, 1, 5], "one chain across two sequences' blocks"
+    assert cache.n_cached == 3 and cache.n_hit_tokens == 0, "only cached_prefill counts hit tokens"
+    assert cache.insert(prompt[:3], [7]) == 0 and cache.insert([], []) == 0, "no full block: nothing"
+
+
+def test_insert_skips_a_block_that_caches_another_key():
+    cfg = ODD
+    pool = pk.BlockPool(cfg, n_blocks=8, block_size=4)
+    cache = pk.PrefixCache(pool)
+    t1, t2 = toks(cfg, 8, 57), toks(cfg, 8, 58)
+    s = pk.PagedSequence(pool)
+    pk.paged_step(params(cfg), cfg, [s], [t1])
+    assert cache.insert(t1, s.blocks) == 2                          # blocks 0, 1
+    extra = pool.alloc()
+    assert extra == 2
+    assert cache.insert(t2, [0, extra]) == 1, "block 0 caches t1's key: t2's block 0 is not cached"
+    assert (pool.refcount(0), pool.refcount(2), cache.n_cached) == (2, 2, 3)
+    assert cache.lookup(np.append(t2, 1)) == [], "t2's block 0 key is not cached"
+    assert cache.lookup(np.append(t1, 1)) == [0, 1]
+
+
+def insert_setup():
+    cfg = ODD
+    pool = pk.BlockPool(cfg, n_blocks=8, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(cfg, 9, 59)
+    s = pk.PagedSequence(pool)
+    pk.paged_step(params(cfg), cfg, [s], [prompt])                 # blocks 0, 1, 2 (2 full)
+    return pool, cache, prompt, s
+
+
+@pytest.mark.parametrize("blocks", [[0], [], [0, 5], [5, 1], [0, 8], [0, -1], [-8, 1], [0, np.int64(6)]], ids=str)
+def test_insert_errors_change_nothing(blocks):
+    """Too short a table (9 tokens: 2 full blocks), or a free (5, 6) or invalid (8, -1, -8) id
+    among the blocks it would cache: ValueError, even when the other block is fine."""
+    pool, cache, prompt, s = insert_setup()
+    before = cache_snapshot(pool, cache, [s])
+    with pytest.raises(ValueError):
+        cache.insert(prompt, blocks)
+    assert_cache_unchanged(before, pool, cache, [s], f"insert(9 tokens, {blocks})")
+    assert cache.lookup(prompt) == []
+
+
+def test_insert_checks_only_the_blocks_it_would_cache():
+    pool, cache, prompt, s = insert_setup()
+    assert cache.insert(prompt, s.blocks) == 2
+    assert cache.insert(prompt, [0, 5]) == 0, "both keys are cached: block 5 (free) is never used"
+    assert cache.insert(prompt, [np.int64(0), np.int32(1), 2, 99]) == 0, "entries past the full blocks are ignored"
+    assert (pool.refcount(0), pool.refcount(1), pool.refcount(5)) == (2, 2, 0)
+
+
+def test_recency_order_and_eviction_tail_first():
+    """A (13 tokens) caches 0, 1, 2: recency (oldest first) 2, 1, 0. B (A still live) hits 0, 1 and
+    caches 4: its use counts 4, then 1, then 0: order 2, 4, 1, 0. After both are freed, C = A's
+    first 4 tokens + 5 more hits 0 and gets blocks 3 and 5 (the lowest free), caching 3."""
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa, pb = two_prompts()
+    a = request(ODD, pool, cache, pa)
+    b = request(ODD, pool, cache, pb)
+    a.seq.free()
+    b.seq.free()
+    assert [pool.refcount(x) for x in range(6)] == [1, 1, 1, 0, 1, 0]
+    c = request(ODD, pool, cache, np.concatenate([pa[:4], toks(ODD, 5, 60)]), computed=5)
+    assert c.seq.blocks == [0, 3, 5]
+    c.seq.free()
+    # C's use: 3 (new), then 0. Order now: 2, 4, 1, 3, 0
+    assert eviction_order(pool, cache) == [2, 4, 1, 3, 0]
+    assert (pool.n_used, cache.n_cached) == (0, 0)
+
+
+def test_evict_skips_blocks_a_sequence_holds():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa, pb = two_prompts()
+    request(ODD, pool, cache, pa).seq.free()                       # 0, 1, 2 cached, only by the cache
+    b = request(ODD, pool, cache, pb)                              # holds 0, 1 and its own 3 (cached), 4
+    assert b.seq.blocks == [0, 1, 3, 4]
+    assert cache.evict(0) == 0
+    assert cache.evict(10) == 1 and pool.refcount(2) == 0, "only block 2 is held by the cache alone"
+    assert cache.n_cached == 3 and cache.evict(np.int64(5)) == 0
+    b.seq.free()
+    assert eviction_order(pool, cache) == [3, 1, 0]
+
+
+@pytest.mark.parametrize("n", [-1, -100, 1.0, 1.5, "1", None, True], ids=repr)
+def test_evict_needs_an_integer_at_least_0(n):
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    request(ODD, pool, cache, two_prompts()[0]).seq.free()
+    before = cache_snapshot(pool, cache, [])
+    with pytest.raises(ValueError):
+        cache.evict(n)
+    assert_cache_unchanged(before, pool, cache, [], f"evict({n!r})")
+
+
+def test_no_cascade_when_a_parent_is_evicted():
+    """Two sequences prefilled the same 8 tokens P Q without the cache. s caches 0 under key P and 1
+    under PQ, then is freed; t (blocks 2, 3) inserts: both keys are cached, t's blocks are not taken.
+    evict(1) takes 1 (the tail). t grows by R into block 1 and inserts P Q R: P is cached (0), PQ and
+    PQR are new (t's 3 and 1); t holds them, so the next evict(1) takes P's block 0 and leaves PQ, PQR
+    cached but unreachable, until a request caches P again."""
+    cfg = ODD
+    pool = pk.BlockPool(cfg, n_blocks=8, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(cfg, 13, 61)
+    s, t = pk.PagedSequence(pool), pk.PagedSequence(pool)
+    pk.paged_step(params(cfg), cfg, [s, t], [prompt[:8], prompt[:8]])
+    assert (s.blocks, t.blocks) == ([0, 1], [2, 3])
+    assert cache.insert(prompt[:8], s.blocks) == 2
+    s.free()
+    assert cache.insert(prompt[:8], t.blocks) == 0
+    assert cache.evict(1) == 1 and pool.refcount(1) == 0 and pool.refcount(0) == 1, "the tail (block 1) first"
+    pk.paged_step(params(cfg), cfg, [t], [prompt[8:12]])
+    assert t.blocks == [2, 3, 1]
+    assert cache.insert(prompt[:12], t.blocks) == 2, "PQ (block 3) and PQR (block 1) are new keys"
+    assert cache.evict(1) == 1 and pool.refcount(0) == 0, "block 0 (key P) is the only one held by the cache alone"
+    assert cache.n_cached == 2 and cache.lookup(prompt) == [], "no cascade: the children stay, unreachable"
+    u = request(cfg, pool, cache, prompt, computed=13)             # recomputes all, caches block 0 under P
+    assert u.seq.blocks == [0, 4, 5, 6] and cache.n_cached == 3
+    assert cache.lookup(prompt) == [0, 3, 1], "P cached again: the old children are reachable"
+    t.free()
+    u.seq.free()
+    # u's insert: 0 new (appended), then used PQR (1), PQ (3), P (0): order 1, 3, 0
+    assert eviction_order(pool, cache) == [1, 3, 0]
+
+
+def exhaustion_setup():
+    """bs 4, 6 blocks: A (13 tokens) leaves 0, 1, 2 cached (recency 2, 1, 0) and 3 free blocks."""
+    pool = pk.BlockPool(ODD, n_blocks=6, block_size=4)
+    cache = pk.PrefixCache(pool)
+    pa = toks(ODD, 40, 62)
+    request(ODD, pool, cache, pa[:13]).seq.free()
+    assert (pool.n_used, pool.n_free, pool.peak_used, cache.n_cached) == (3, 3, 4, 3)
+    return pool, cache, pa
+
+
+@pytest.mark.parametrize("L,blocks,left", [(16, [0, 3, 4, 5], [0, 1, 2]),     # 3 new blocks = 3 free: no eviction
+                                           (17, [0, 2, 3, 4, 5], [0, 1]),     # 4: evict 2 (the oldest)
+                                           (21, [0, 1, 2, 3, 4, 5], [0])])    # 5: evict 2, then 1
+def test_cached_prefill_evicts_only_the_shortfall(L, blocks, left):
+    """B = A's first 4 tokens + L - 4 of its own: hits block 0, needs ceil(L / 4) - 1 blocks."""
+    pool, cache, pa = exhaustion_setup()
+    pb = np.concatenate([pa[:4], toks(ODD, L - 4, 63)])
+    b = request(ODD, pool, cache, pb, computed=L - 4)
+    assert b.seq.blocks == blocks and pool.n_free == 0
+    assert cache.lookup(pa[:13]) == left, "A's chain loses its tail first"
+    assert cache.n_cached == len(left) + L // 4 - 1, "A's blocks left plus B's new full blocks"
+
+
+@pytest.mark.parametrize("L", [25, 28])
+def test_cached_prefill_out_of_memory_changes_nothing(L):
+    """B needs ceil(L / 4) - 1 = 6 blocks: 3 free + 2 evictable (1, 2) = 5; evicting the hit (0)
+    would make 6, but a hit is never evicted: MemoryError, and no eviction either."""
+    pool, cache, pa = exhaustion_setup()
+    pb = np.concatenate([pa[:4], toks(ODD, L - 4, 64)])
+    seq = pk.PagedSequence(pool)
+    before = cache_snapshot(pool, cache, [seq])
+    with pytest.raises(MemoryError):
+        pk.cached_prefill(params(ODD), ODD, seq, pb, cache)
+    assert_cache_unchanged(before, pool, cache, [seq], f"cached_prefill of {L} tokens that does not fit")
+    assert cache.lookup(pa[:13]) == [0, 1, 2]
+    assert eviction_order(pool, cache) == [2, 1, 0], "recency unchanged by the failed prefill"
+
+
+BAD_PROMPTS = {"token -1": [1, -1, 2], "token vocab": [1, ODD.vocab], "empty": [],
+               "empty array": np.array([], dtype=np.int64), "passes max_len": toks(ODD, ODD.max_len + 1, 65),
+               "2-D": np.ones((2, 3), dtype=np.int64)}
+
+
+def bad_sequence(case, pool):
+    """A sequence cached_prefill must refuse."""
+    seq = pk.PagedSequence(pk.BlockPool(ODD, n_blocks=4, block_size=4) if case == "another pool" else pool)
+    if case == "prefilled":
+        pk.paged_step(params(ODD), ODD, [seq], [[1, 2, 3]])
+    if case == "reserved":                           # length 0 but a block: not empty either
+        seq.reserve(4)
+    return seq
+
+
+@pytest.mark.parametrize("case", list(BAD_PROMPTS) + ["prefilled", "reserved", "another pool"])
+@pytest.mark.parametrize("full", [False, True], ids=["", "full"])
+def test_bad_cached_prefill_is_value_error(case, full):
+    """ValueError before anything changes, and before a MemoryError (`full`: nothing free, nothing
+    evictable: the live request holds every cached block)."""
+    pool = pk.BlockPool(ODD, n_blocks=8, block_size=4)
+    cache = pk.PrefixCache(pool)
+    a = request(ODD, pool, cache, toks(ODD, 13, 66))                # holds 0-3, caches 0-2
+    seq = bad_sequence(case, pool)
+    prompt = BAD_PROMPTS.get(case, [1, 2])
+    if full:
+        fill(pool, 0)
+    seqs = [a.seq, seq]
+    before = cache_snapshot(pool, cache, seqs)
+    with pytest.raises(ValueError):
+        pk.cached_prefill(params(ODD), ODD, seq, prompt, cache)
+    assert_cache_unchanged(before, pool, cache, seqs, f"cached_prefill with {case}")
+
+
+def test_full_pool_cached_prefill_is_memory_error():
+    """The premise of the `full` cases above: a valid prompt on that pool runs out."""
+    pool = pk.BlockPool(ODD, n_blocks=8, block_size=4)
+    cache = pk.PrefixCache(pool)
+    a = request(ODD, pool, cache, toks(ODD, 13, 66))
+    fill(pool, 0)
+    with pytest.raises(MemoryError):
+        pk.cached_prefill(params(ODD), ODD, pk.PagedSequence(pool), [1, 2], cache)
+    assert a.seq.blocks == [0, 1, 2, 3] and cache.n_cached == 3
+
+
+def test_cached_prefill_accepts_numpy_and_lists():
+    pool = pk.BlockPool(ODD, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(ODD, 9, 67)
+    request(ODD, pool, cache, prompt.astype(np.int32))
+    request(ODD, pool, cache, [int(t) for t in prompt], computed=1)
+    request(ODD, pool, cache, np.append(prompt, 3).astype(np.uint8), computed=2)
+    assert cache.n_hit_tokens == 16
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("bs", [1, 3, 16])
+def test_cached_prefill_matches_forward(cfg, bs):
+    """Prompts sharing a system prompt of 2 blocks and a token: every cached prefill and every decode
+    after it equals the contiguous forward; the hits are the system prompt's full blocks."""
+    system = toks(cfg, 2 * bs + 1, 68)
+    pool = pk.BlockPool(cfg, n_blocks=40 + 4 * cfg.max_len // bs, block_size=bs)
+    cache = pk.PrefixCache(pool)
+    live = []
+    shared = len(system) // bs * bs                                # 2 * bs, or all 3 tokens when bs = 1
+    for r in range(4):
+        prompt = np.concatenate([system, [r], toks(cfg, 1 + r, 69 + r)])    # questions differ at once
+        s = request(cfg, pool, cache, prompt, computed=len(prompt) - (shared if r else 0))
+        live.append(s)
+    assert cache.n_hit_tokens == 3 * shared
+    for t in range(bs + 1):
+        step_and_compare(cfg, [(s, [(t + i) % cfg.vocab]) for i, s in enumerate(live)], f"decode {t}")
+    assert pool.n_copies == 0
+
+
+def test_cached_blocks_survive_copy_on_write_untouched():
+    """A cached prefill forked into 3 samples: the partly filled last block is copied (n - 1 = 2
+    copies), the cached full blocks are neither copied nor written."""
+    cfg = ODD
+    pool = pk.BlockPool(cfg, n_blocks=16, block_size=4)
+    cache = pk.PrefixCache(pool)
+    prompt = toks(cfg, 10, 70)
+    request(cfg, pool, cache, prompt).seq.free()
+    a = request(cfg, pool, cache, prompt, computed=2)               # hits 0, 1
+    kept = pool.k[:, [0, 1]].copy(), pool.v[:, [0, 1]].copy()
+    group = [a, a.fork(), a.fork()]
+    for t in range(6):
+        step_and_compare(cfg, [(s, [t + i]) for i, s in enumerate(group)], f"sample step {t}")
+    assert pool.n_copies == 2
+    assert np.array_equal(pool.k[:, [0, 1]], kept[0]) and np.array_equal(pool.v[:, [0, 1]], kept[1])
+    assert all(s.seq.blocks[:2] == [0, 1] for s in group)
+
+
+class CacheModel:
+    """Independent model of the prefix cache: whole-prefix keys, a recency list (oldest first)."""
+
+    def __init__(self, bs):
+        self.bs, self.block, self.order, self.hit_tokens = bs, {}, [], 0
+
+    def keys(self, tokens):
+        t = [int(x) for x in tokens]
+        return [tuple(t[:(i + 1) * self.bs]) for i in range(len(t) // self.bs)]
+
+    def lookup(self, tokens):
+        hits = []
+        for key in self.keys(tokens)[:max(0, (len(tokens) - 1) // self.bs)]:
+            if key not in self.block:
+                break
+            hits.append(self.block[key])
+        return hits
+
+    def insert(self, tokens, blocks):
+        keys = self.keys(tokens)
+        for key, b in zip(keys, blocks):
+            if key not in self.block and b not in self.block.values():
+                self.block[key] = b
+                self.order.append(b)
+        for key in reversed(keys):
+            if key in self.block:
+                self.order.remove(self.block[key])
+                self.order.append(self.block[key])
+
+    def evict(self, n, holders):
+        victims = [b for b in self.order if holders[b] == 0][:n]
+        for b in victims:
+            self.order.remove(b)
+            del self.block[next(k for k, v in self.block.items() if v == b)]
+        return victims
+
+
+@pytest.mark.parametrize("bs,n_blocks", [(1, 30), (3, 12), (4, 9), (8, 7)])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_requests_against_a_model(bs, n_blocks, seed):
+    """Requests on a few system prompts (some repeated whole), frees, decodes with eviction on
+    shortfall, explicit evictions: hits, victims, refcounts (tables + the cache's one reference),
+    n_hit_tokens and every logit checked against the model and the contiguous forward."""
+    cfg, rng = ODD, np.random.default_rng(seed)
+    pool, model = pk.BlockPool(cfg, n_blocks=n_blocks, block_size=bs), CacheModel(bs)
+    cache = pk.PrefixCache(pool)
+    systems = [toks(cfg, int(rng.integers(bs, 3 * bs + 2)), 100 + i) for i in range(3)]
+    live, prompts, events = [], [], Counter()
+
+    def holders():
+        count = Counter(b for s in live for b in s.seq.blocks)
+        return [count[b] for b in range(n_blocks)]
+
+    def evict(n):
+        expected = model.evict(n, holders())
+        before = [pool.refcount(b) for b in range(n_blocks)]
+        assert cache.evict(n) == len(expected)
+        assert [b for b in range(n_blocks) if pool.refcount(b) < before[b]] == sorted(expected)
+
+    for op_index in range(120):
+        op = rng.choice(["request", "request", "request", "free", "decode", "decode", "evict"])
+        if op == "request":
+            if prompts and rng.random() < 0.25:
+                prompt = prompts[rng.integers(len(prompts))]
+            else:
+                sys_prompt = systems[rng.integers(len(systems))]
+                prompt = np.concatenate([sys_prompt[:rng.integers(1, len(sys_prompt) + 1)],
+                                         rng.integers(0, cfg.vocab, rng.integers(0, 2 * bs + 1))])
+                prompt = prompt[:cfg.max_len - 2 * bs]
+            hits = model.lookup(prompt)
+            assert cache.lookup(prompt) == hits, f"op {op_index}: lookup"
+            need = math.ceil(len(prompt) / bs) - len(hits)
+            spare = sum(1 for b in model.order if holders()[b] == 0 and b not in hits)
+            if need > pool.n_free + spare:
+                events["MemoryError"] += 1
+                before = cache_snapshot(pool, cache, [s.seq for s in live])
+                with pytest.raises(MemoryError):
+                    pk.cached_prefill(params(cfg), cfg, pk.PagedSequence(pool), prompt, cache)
+                assert_cache_unchanged(before, pool, cache, [s.seq for s in live], f"op {op_index}")
+            else:
+                short = need - pool.n_free
+                if short > 0:
+                    events["evicted in prefill"] += 1
+                    h = holders()
+                    for b in hits:                       # the hits are held by the new request first
+                        h[b] += 1
+                    expected = model.evict(short, h)
+                s = request(cfg, pool, cache, prompt, computed=len(prompt) - len(hits) * bs)
+                if short > 0:
+                    assert all(pool.refcount(b) == 0 or b in s.seq.blocks for b in expected)
+                assert s.seq.blocks[:len(hits)] == hits
+                model.hit_tokens += len(hits) * bs
+                live.append(s)
+                prompts.append(prompt)
+                model.insert(prompt, s.seq.blocks)
+        elif op == "free" and live:
+            live.pop(rng.integers(len(live))).seq.free()
+        elif op == "decode" and live:
+            s = live[rng.integers(len(live))]
+            if s.seq.length < cfg.max_len:
+                short = int(s.seq.length % bs == 0) - pool.n_free
+                if short > 0:
+                    evict(short)
+                if int(s.seq.length % bs == 0) > pool.n_free:
+                    events["decode MemoryError"] += 1
+                    with pytest.raises(MemoryError):
+                        pk.paged_step(params(cfg), cfg, [s.seq], [[1]])
+                else:
+                    step_and_compare(cfg, [(s, [int(rng.integers(cfg.vocab))])], f"op {op_index}: decode")
+        elif op == "evict":
+            evict(int(rng.integers(0, 3)))
+        h = holders()
+        cached = set(model.block.values())
+        refs = [h[b] + (b in cached) for b in range(n_blocks)]
+        assert [pool.refcount(b) for b in range(n_blocks)] == refs, \
+            f"op {op_index} ({op}): refcounts vs tables plus the cache's reference"
+        assert pool.n_free == refs.count(0), f"op {op_index}: n_free"
+        assert cache.n_cached == len(cached) and cache.n_hit_tokens == model.hit_tokens, f"op {op_index}"
+    assert events["MemoryError"] + events["evicted in prefill"] > 0, "the run never ran short: make the pool smaller"

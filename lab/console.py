@@ -31,7 +31,7 @@ def print_table(headers, rows):
         print("  ".join(_pad(c, w, right=num) for c, w, num in zip(r, widths, numeric)).rstrip())
 
 
-def print_observations(items):
-    print("\nObservations:")
+def print_observations(items, title="Observations:"):
+    print(f"\n{title}")
     for i, text in enumerate(items, 1):
         print(f"  {i}. {text}")

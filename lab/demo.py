@@ -1,8 +1,10 @@
-"""The lecture's four demos (CS349E lecture 7), run on your paged_kv.py.
+"""The lecture's four demos (CS349E lecture 7) and demo 5 (the bonus), run on your paged_kv.py.
 
-    python lab/demo.py --impl starter        (what `make demo` runs; IMPL=solution for the reference)
+    python lab/demo.py --impl starter [--lang zh]   (what `make demo [LANG=zh]` runs; IMPL=solution
+                                                     for the reference)
 
-A demo whose parts are not implemented yet says so and the next one runs.
+A demo whose parts are not implemented yet says so and the next one runs. The words are in
+demo_text.py: English, or Chinese when --lang (by default $LANG) starts with "zh".
 """
 import argparse
 import os
@@ -11,11 +13,13 @@ import traceback
 
 import numpy as np
 
+from demo_text import TEXTS, language
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def demo1_block_table(pk, lab):
-    lab.print_header("Demo 1: how a block table grows (vLLM paper fig. 6: 7-token prompt, block size 4)")
+    lab.print_header(lab.t("demo1.title"))
     pool = pk.BlockPool(lab.TINY, n_blocks=8, block_size=4)
     junk = [pool.alloc() for _ in range(5)]          # a pool that has been in use for a while
     for b in (junk[0], junk[2], junk[4]):
@@ -24,25 +28,18 @@ def demo1_block_table(pk, lab):
     words = "Four score and seven years ago our".split()
     rows = []
     pk.paged_step(lab.PARAMS, lab.TINY, [seq], [np.arange(len(words)) + 10])
-    rows.append(["prefill 7 tokens", str(seq.blocks), seq.length, f"{seq.length - (len(seq.blocks) - 1) * 4}/4"])
+    rows.append([lab.t("demo1.prefill"), str(seq.blocks), seq.length, f"{seq.length - (len(seq.blocks) - 1) * 4}/4"])
     for name in ("fathers", "brought"):
         pk.paged_step(lab.PARAMS, lab.TINY, [seq], [np.array([99])])
-        rows.append([f'decode: write the KV of "{name}"', str(seq.blocks), seq.length,
+        rows.append([lab.t("demo1.decode", word=name), str(seq.blocks), seq.length,
                      f"{seq.length - (len(seq.blocks) - 1) * 4}/4"])
-    lab.print_table(["step", "block table (logical -> physical)", "tokens written", "last block filled"], rows)
-    print(f"\nThe pool has {pool.n_blocks} physical blocks; this sequence uses {len(seq.blocks)}, "
-          "2 more are held by other (simulated) sequences.")
-    lab.print_observations([
-        "Physical block numbers are not contiguous (freed blocks are reused first): logically contiguous KV "
-        "is scattered over memory and found again through the block table, like an OS page table.",
-        "Prefill allocates only 2 blocks (7 tokens); the first decode fills the last slot of block 2, the "
-        "second decode finds it full and allocates a new block. At any moment the waste is at most the "
-        "unfilled slots of the last block (< block size).",
-    ])
+    lab.print_table(lab.t("demo1.columns"), rows)
+    print(lab.t("demo1.pool", n_blocks=pool.n_blocks, used=len(seq.blocks)))
+    lab.print_observations(lab.t("demo1.observations"), lab.t("observations"))
 
 
 def demo2_equivalence(pk, lab):
-    lab.print_header("Demo 2: paged KV = contiguous KV (TINY, 4 sequences of different lengths, prefill + 20 decodes)")
+    lab.print_header(lab.t("demo2.title"))
     T = lab.TINY
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, T.vocab, L) for L in (5, 17, 33, 64)]
@@ -62,8 +59,7 @@ def demo2_equivalence(pk, lab):
             chunks = new
         used, need = pool.n_used, sum(s.length for s in seqs)
         rows.append([B, used, used * B, need, f"{1 - need / (used * B):.1%}", f"{worst:.1e}"])
-    lab.print_table(["block size", "physical blocks used", "slots allocated", "tokens", "waste in last blocks",
-                     "max |paged - contiguous|"], rows)
+    lab.print_table(lab.t("demo2.columns"), rows)
 
     pool = pk.BlockPool(T, n_blocks=16, block_size=8)
     s = pk.PagedSequence(pool)
@@ -72,21 +68,12 @@ def demo2_equivalence(pk, lab):
     K, V = s.read(1, s.length)
     ref = lab.attention_core(q[None, None], K, V, s.length - 1)[0, 0]
     d = float(np.max(np.abs(pk.blockwise_attention(q, s, 1) - ref)))
-    print(f"\nBlockwise attention (paper eq. 4: scores per block, one softmax, V per block) vs concatenated: "
-          f"max difference {d:.1e} (length {s.length}, block size 8, {len(s.blocks)} blocks)")
-    lab.print_observations([
-        "Whatever the block size, paged KV gives the same logits as contiguous KV to 1e-15: paging changes "
-        "only WHERE the KV lives, not what is computed.",
-        "Larger blocks waste more in the last block (17% at 16, 38% at 64 for these short sequences); smaller "
-        "blocks mean longer block tables and more fragmented reads. vLLM's default is 16.",
-        "The real PagedAttention kernel never concatenates blocks: each warp reads one block (paper §5.1) and "
-        "computes on it in place, which is the blockwise attention here.",
-    ])
+    print(lab.t("demo2.blockwise", diff=f"{d:.1e}", length=s.length, n_blocks=len(s.blocks)))
+    lab.print_observations(lab.t("demo2.observations"), lab.t("observations"))
 
 
 def demo3_parallel_sampling(pk, lab):
-    lab.print_header("Demo 3: parallel sampling shares the prompt's KV among n samples "
-                     "(100-token prompt, 40 new tokens each, temperature 1, block size 16)")
+    lab.print_header(lab.t("demo3.title"))
     T = lab.TINY
     prompt = np.random.default_rng(2).integers(0, T.vocab, 100)
     rows = []
@@ -95,24 +82,14 @@ def demo3_parallel_sampling(pk, lab):
         pool = pk.BlockPool(T, n_blocks=256, block_size=16)
         out, st = pk.parallel_sample(lab.PARAMS, T, prompt, n, 40, 1.0, seed=7, pool=pool)
         used, unshared = np.array(st["blocks_used"]), np.array(st["blocks_unshared"])
-        rows.append([n, "identical" if out == ref else "DIFFERENT", int(used[-1]), int(unshared[-1]),
+        rows.append([n, lab.same(out == ref), int(used[-1]), int(unshared[-1]),
                      f"{1 - used.sum() / unshared.sum():.1%}", pool.n_copies])
-    lab.print_table(["samples n", "output vs own KV each", "blocks at last step", "blocks unshared",
-                     "blocks saved (avg)", "copy-on-write copies"], rows)
-    lab.print_observations([
-        "The n samples share the prompt's 7 blocks (96 of the 100 tokens fill 6 blocks, the 7th holds 4). "
-        "Writing into that partly filled block, the first n - 1 samples each trigger one copy-on-write; the "
-        "last finds refcount 1 and writes in place, so there are n - 1 copies.",
-        "The saving grows with n and depends on prompt and output lengths: the longer the prompt and the "
-        "shorter the output, the more is saved. The vLLM paper measured 6.1%-9.8% on Alpaca and "
-        "16.2%-30.5% on ShareGPT (fig. 15).",
-        "The output is identical to every sample owning its KV: sharing is a pure memory optimisation.",
-    ])
+    lab.print_table(lab.t("demo3.columns"), rows)
+    lab.print_observations(lab.t("demo3.observations"), lab.t("observations"))
 
 
 def demo4_beam_search(pk, lab):
-    lab.print_header("Demo 4: beam search shares prefixes between candidates, vs copying whole caches "
-                     "(64-token prompt, 32 steps, block size 16)")
+    lab.print_header(lab.t("demo4.title"))
     T = lab.TINY
     prompt = np.random.default_rng(3).integers(0, T.vocab, 64)
     rows = []
@@ -122,58 +99,135 @@ def demo4_beam_search(pk, lab):
         out, st = pk.beam_search(lab.PARAMS, T, prompt, k, 32, pool=pool)
         used, unshared = np.array(st["blocks_used"]), np.array(st["blocks_unshared"])
         same = [t for _, t in ref] == [t for _, t in out]
-        rows.append([k, "identical" if same else "DIFFERENT", f"{st_ref['copied_tokens']:,}",
+        rows.append([k, lab.same(same), f"{st_ref['copied_tokens']:,}",
                      f"{pool.n_copies * 16:,}", f"{1 - used.sum() / unshared.sum():.1%}", pool.peak_used])
-    lab.print_table(["beam width k", "k results", "full copy: tokens copied", "paged: tokens copied (CoW)",
-                     "blocks saved (avg)", "paged peak blocks"], rows)
-    lab.print_observations([
-        "Copying the whole cache (what earlier systems did, says the vLLM paper) copies the parent's entire KV "
-        "to every child at every step, growing with length and beam width; paged, only a write into a shared "
-        "last block copies one block (16 tokens).",
-        "Beam candidates share not only the prompt but the path they walked together: the saving here is far "
-        "higher than in demo 3. The vLLM paper measured 37.6%-55.2% (Alpaca) and 44.3%-66.3% (ShareGPT) for "
-        "beam search, against 6.1%-30.5% for parallel sampling.",
-        "The k results are identical: paging, sharing and copy-on-write do not change the computation.",
-    ])
+    lab.print_table(lab.t("demo4.columns"), rows)
+    lab.print_observations(lab.t("demo4.observations"), lab.t("observations"))
 
 
-DEMOS = [(demo1_block_table, "Part 1 (BlockPool) and Part 2 (paged_step)"),
-         (demo2_equivalence, "Part 2 (paged_step) and Part 3 (blockwise_attention)"),
-         (demo3_parallel_sampling, "Part 4 (fork and copy-on-write)"),
-         (demo4_beam_search, "Part 4 (fork and copy-on-write)")]
+SYSTEM5, QUESTION5, STEPS5, BS5, POOL5 = 96, 12, 8, 16, 256
+
+
+def shared_prompts(lab, R):
+    """R requests: one system prompt, then a question of each request's own."""
+    rng = np.random.default_rng(5)
+    system = rng.integers(0, lab.TINY.vocab, SYSTEM5)
+    return [np.concatenate([system, rng.integers(0, lab.TINY.vocab, QUESTION5)]) for _ in range(R)]
+
+
+def serve(pk, lab, prompts, with_cache):
+    """Prefill the prompts one after another, with or without a PrefixCache, keeping every request
+    live; then decode them all together STEPS5 greedy steps. Returns the figures and, per request,
+    its logits: the prefill's computed positions, then one row per decode step."""
+    T = lab.TINY
+    pool = pk.BlockPool(T, n_blocks=POOL5, block_size=BS5)
+    cache = pk.PrefixCache(pool) if with_cache else None
+    seqs, logits = [], []
+    for prompt in prompts:
+        seq = pk.PagedSequence(pool)
+        if with_cache:
+            out = pk.cached_prefill(lab.PARAMS, T, seq, prompt, cache)
+        else:
+            (out,) = pk.paged_step(lab.PARAMS, T, [seq], [prompt])
+        seqs.append(seq)
+        logits.append([np.asarray(out)])
+    computed = sum(len(rows[0]) for rows in logits)
+    for _ in range(STEPS5):
+        # each request owns its partly filled last block (the cache holds full blocks only), so it
+        # needs a new block when its last one is full; paged_step never evicts: the caller does
+        short = sum(s.length % BS5 == 0 for s in seqs) - pool.n_free
+        if with_cache and short > 0:
+            cache.evict(short)
+        outs = pk.paged_step(lab.PARAMS, T, seqs, [[int(np.argmax(rows[-1][-1]))] for rows in logits])
+        for rows, out in zip(logits, outs):
+            rows.append(np.asarray(out))
+    return {"computed": computed, "peak": pool.peak_used, "hit": cache.n_hit_tokens if with_cache else 0,
+            "outputs": [[int(np.argmax(r[-1])) for r in rows] for rows in logits], "logits": logits,
+            "seqs": seqs, "cache": cache, "pool": pool}
+
+
+def max_difference(plain, cached):
+    """max |cached - uncached| over every position both runs computed (a hit computes fewer)."""
+    return max(float(np.max(np.abs(c - p[len(p) - len(c):])))
+               for rows_p, rows_c in zip(plain["logits"], cached["logits"]) for p, c in zip(rows_p, rows_c))
+
+
+def demo5_prefix_cache(pk, lab):
+    if not (hasattr(pk, "PrefixCache") and hasattr(pk, "cached_prefill")):
+        raise NotImplementedError(lab.t("demo5.absent"))
+    lab.print_header(lab.t("demo5.title", system=SYSTEM5, question=QUESTION5, steps=STEPS5, bs=BS5))
+    rows = []
+    for R in (2, 4, 8):
+        prompts = shared_prompts(lab, R)
+        plain, cached = serve(pk, lab, prompts, False), serve(pk, lab, prompts, True)
+        rows.append([R, f"{plain['computed']} / {cached['computed']}", f"{cached['hit'] / sum(map(len, prompts)):.1%}",
+                     f"{plain['peak']} / {cached['peak']}", lab.same(plain["outputs"] == cached["outputs"]),
+                     f"{max_difference(plain, cached):.1e}"])
+    lab.print_table(lab.t("demo5.columns"), rows)
+    pool, cache = cached["pool"], cached["cache"]
+    for seq in cached["seqs"]:
+        seq.free()
+    chain, n_used, order = cache.lookup(prompts[0]), pool.n_used, []
+    for _ in chain:                 # one block at a time: which one goes?
+        cache.evict(1)
+        order += [b for b in chain if b not in order and pool.refcount(b) == 0]
+    print(lab.t("demo5.after", R=R, n_used=n_used, blocks=chain, n=len(chain), order=", ".join(map(str, order))))
+    sys_blocks, prompt = SYSTEM5 // BS5, SYSTEM5 + QUESTION5
+    per_request = -(-(prompt + STEPS5) // BS5)
+    lab.print_observations(lab.t("demo5.observations", sys_blocks=sys_blocks, prompt=prompt, question=QUESTION5,
+                                 per_request=per_request, own=per_request - sys_blocks, n_blocks=POOL5),
+                           lab.t("observations"))
+
+
+DEMOS = [demo1_block_table, demo2_equivalence, demo3_parallel_sampling, demo4_beam_search, demo5_prefix_cache]
 
 
 class _Lab:
-    """The given modules, gathered so each demo reads like the lecture."""
+    """The given modules and the demos' words, gathered so each demo reads like the lecture."""
 
-    def __init__(self):
+    def __init__(self, lang="en"):
         import console
         import transformer_lab as tl
         self.TINY, self.KVCache, self.forward, self.attention_core = tl.TINY, tl.KVCache, tl.forward, tl.attention_core
         self.PARAMS = tl.init_params(tl.TINY, seed=0)
         self.print_header, self.print_table, self.print_observations = (
             console.print_header, console.print_table, console.print_observations)
+        self.text = TEXTS[lang]
+
+    def t(self, key, **fields):
+        """The text `key` in this language, its {fields} filled in (a list: each item)."""
+        text = self.text[key]
+        return [item.format(**fields) for item in text] if isinstance(text, list) else text.format(**fields)
+
+    def same(self, equal):
+        return self.t("identical" if equal else "different")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impl", default=os.path.join(HERE, "..", "starter"),
                     help="directory holding paged_kv.py (default: starter)")
+    ap.add_argument("--lang", default=os.environ.get("LANG", ""),
+                    help="zh... for Chinese, anything else for English (default: $LANG)")
     args = ap.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):       # Chinese prints whatever the locale's encoding
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8")
+    lab = _Lab(language(args.lang))
     sys.path[:0] = [os.path.abspath(args.impl), HERE]
     try:
         import paged_kv as pk
     except Exception as e:  # a broken file still gets a readable message, not a traceback wall
-        print(f"Cannot import {os.path.join(args.impl, 'paged_kv.py')}: {type(e).__name__}: {e}")
+        print(lab.t("cannot_import", path=os.path.join(args.impl, "paged_kv.py"), error=f"{type(e).__name__}: {e}"))
         return 1
-    lab = _Lab()
-    for demo, parts in DEMOS:
+    for demo in DEMOS:
+        parts = lab.t(demo.__name__.split("_")[0] + ".parts")
         try:
             demo(pk, lab)
         except NotImplementedError as e:
-            print(f"\n  [{demo.__name__}] not implemented yet: needs {parts}. ({e})")
+            print(lab.t("not_implemented", demo=demo.__name__, parts=parts, error=e))
         except Exception:
-            print(f"\n  [{demo.__name__}] crashed; it uses {parts}:")
+            print(lab.t("crashed", demo=demo.__name__, parts=parts))
             traceback.print_exc(limit=-3, file=sys.stdout)
     return 0
 

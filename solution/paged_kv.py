@@ -4,10 +4,12 @@ Part 1 BlockPool: a refcounted pool of fixed-size KV blocks, lowest free block f
 Part 2 PagedSequence + paged_step: K/V written and read through a block table.
 Part 3 blockwise_attention: the vLLM paper's eq. 4, one block at a time.
 Part 4 fork + lazy copy-on-write in reserve.
+Part 5 (bonus) PrefixCache + cached_prefill: full blocks cached by their whole prefix, LRU eviction.
 """
 import heapq
 import math
 import numbers
+from collections import OrderedDict
 
 import numpy as np
 
@@ -223,3 +225,91 @@ def blockwise_attention(q, seq, layer):
     weights = [np.exp(s - top) for s in scores]
     total = np.sum([w.sum(axis=-1) for w in weights], axis=0)[:, None]
     return np.sum([np.einsum("hm,mhd->hd", w / total, v) for w, v in zip(weights, values)], axis=0)
+
+
+# ---------------------------------------------------------------- Part 5 (bonus): shared prefix across requests
+class PrefixCache:
+    """Full blocks cached by the whole prefix they end (so equal content after a different prefix
+    never matches), one pool reference each, least recently used first in `_lru`."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.n_hit_tokens = 0
+        self._block = {}             # key (the tuple of tokens up to the block's end) -> physical block
+        self._lru = OrderedDict()    # physical block -> its key, least recently used first
+
+    @property
+    def n_cached(self):
+        return len(self._lru)
+
+    def _keys(self, tokens):
+        """The keys of the full blocks of `tokens`, block 0 first. The tokens are checked as the
+        first chunk of a new sequence would be, except that none at all is fine."""
+        if np.asarray(tokens).size == 0:
+            return []
+        t = tuple(_check_chunk(self.pool.cfg, PagedSequence(self.pool), tokens).tolist())
+        return [t[:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]
+
+    def lookup(self, tokens):
+        """The cached chain of `tokens`, stopping at the first miss; at least one token is left over."""
+        hits = []
+        for key in self._keys(tokens)[:(len(tokens) - 1) // self.pool.block_size]:
+            if key not in self._block:
+                break
+            hits.append(self._block[key])
+        return hits
+
+    def insert(self, tokens, blocks):
+        """Cache blocks[i] under the key of full block i where neither is cached yet; returns how many."""
+        keys = self._keys(tokens)
+        if len(blocks) < len(keys):
+            raise ValueError(f"{len(keys)} full blocks of tokens but a table of {len(blocks)}")
+        ids = [_as_int(b, "block id") for b in blocks[:len(keys)]]
+        if len(set(ids)) < len(ids):
+            raise ValueError(f"a block id appears twice in {ids}")
+        new = [(key, b) for key, b in zip(keys, ids) if key not in self._block and b not in self._lru]
+        for _, b in new:
+            if self.pool.refcount(b) == 0:
+                raise ValueError(f"block {b} is free: nothing to cache")
+        for key, b in new:
+            self.pool.incref(b)
+            self._block[key], self._lru[b] = b, key
+        for key in reversed(keys):   # one use: block 0 last, so the tail of a chain is evicted first
+            if key in self._block:
+                self._lru.move_to_end(self._block[key])
+        return len(new)
+
+    def _evictable(self, keep=()):
+        return [b for b in self._lru if self.pool.refcount(b) == 1 and b not in keep]
+
+    def evict(self, n):
+        """Release up to n blocks only the cache holds, least recently used first; no cascade."""
+        n = _as_int(n, "the number of blocks to evict")
+        if n < 0:
+            raise ValueError(f"cannot evict {n} blocks")
+        victims = self._evictable()[:n]
+        for b in victims:
+            del self._block[self._lru.pop(b)]
+            self.pool.decref(b)
+        return len(victims)
+
+
+def cached_prefill(params, cfg, seq, prompt, cache):
+    """Prefill an empty `seq` with `prompt`, reusing the longest cached prefix; logits of the rest."""
+    if seq.length != 0 or len(seq.blocks) != 0:
+        raise ValueError("cached_prefill needs an empty sequence")
+    if seq.pool is not cache.pool:
+        raise ValueError("the sequence and the cache use different pools")
+    prompt = _check_chunk(cfg, seq, prompt)
+    pool, hits = cache.pool, cache.lookup(prompt)
+    short = math.ceil(len(prompt) / pool.block_size) - len(hits) - pool.n_free
+    if short > len(cache._evictable(keep=hits)):
+        raise MemoryError(f"the prompt needs {short} blocks more than are free or evictable")
+    for b in hits:
+        pool.incref(b)
+    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size
+    cache.evict(max(0, short))
+    (logits,) = paged_step(params, cfg, [seq], [prompt[seq.length:]])
+    cache.n_hit_tokens += len(hits) * pool.block_size
+    cache.insert(prompt, seq.blocks)
+    return logits

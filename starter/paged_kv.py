@@ -5,10 +5,13 @@ Part 2  PagedSequence,       K/V written and read through a block table;
         paged_step           one step of the model over many sequences, all or nothing
 Part 3  blockwise_attention  the vLLM paper's eq. 4, one block at a time
 Part 4  PagedSequence.fork   sharing, and lazy copy-on-write inside `reserve`
+Part 5  PrefixCache,         (bonus, extra credit) a shared prefix across requests: full blocks
+        cached_prefill       cached by content, reused by later prompts, evicted least recently used
 
 assignment.md is the specification: "The rules at a glance" lists every graded rule, and the
 section named in each docstring below states it in full, with examples. Every function raises
 NotImplementedError("TODO Part N: ..."); replace the body, keep the name and the arguments.
+Part 5 is a bonus: leave its stubs as they are if you do not attempt it (Parts 1-4 lose nothing).
 You may add helper functions, classes, attributes and private methods. Use only numpy, the
 standard library and the lab modules imported here.
 
@@ -161,3 +164,87 @@ def blockwise_attention(q, seq, layer):
     assignment.md, "Part 3: blockwise attention".
     """
     raise NotImplementedError("TODO Part 3: blockwise_attention")
+
+
+# ============================================ Part 5 (bonus): shared prefix across requests
+class PrefixCache:
+    """A cache of FULL blocks by content, for prompts that start alike (a system prompt).
+
+    The key of logical block i of a token list t is the whole prefix that block ends,
+    tuple(t[:(i + 1) * B]) with Python ints (or a hash chain, if a hit then compares the whole
+    prefix: a collision must be a miss). The same B tokens after a different prefix are a
+    different key. A partly filled block is never cached.
+
+    The cache holds ONE reference (pool.incref) on every block it caches, so a cached block stays
+    in use after every sequence holding it is freed; pool.n_used counts it. One physical block
+    caches at most one key.
+
+    Recency: the cache orders its blocks from least to most recently used. Only `insert` changes
+    that order (cached_prefill through the insert it ends with; lookup and evict never do).
+    """
+
+    def __init__(self, pool):
+        """An empty cache on `pool`: set the attributes `pool` and `n_hit_tokens = 0` (the number of
+        prompt tokens cached_prefill did not compute, summed over its calls)."""
+        raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.__init__")
+
+    @property
+    def n_cached(self):
+        """The number of blocks the cache holds (one key each). A plain attribute kept up to date
+        works too (delete the property then)."""
+        raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.n_cached")
+
+    def lookup(self, tokens):
+        """The list of physical blocks caching logical blocks 0, 1, 2, ... of `tokens`, in order,
+        stopping at the first block whose key is not cached, and at most (len(tokens) - 1) // B
+        blocks, so that at least one token is left to compute ([] for fewer than B + 1 tokens).
+        Changes nothing: no reference, no recency, no counter.
+        """
+        raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.lookup")
+
+    def insert(self, tokens, blocks):
+        """Cache the full blocks of a sequence: blocks[i] holds the K/V of logical block i of
+        `tokens` (a block table; the caller promises it, you need not check). Returns the number of
+        blocks newly cached.
+
+          1. Errors first, nothing changed: len(blocks) < len(tokens) // B, or a free or invalid id
+             among the blocks step 2 would cache -> ValueError.
+          2. For each full block i (i < len(tokens) // B) whose key is not cached yet: cache
+             blocks[i] under that key and pool.incref it, unless blocks[i] already caches another
+             key (then skip it).
+          3. Recency: the cached block of every full block i of `tokens` (cached in step 2 or
+             before; possibly another physical block than blocks[i]) becomes the most recently
+             used, from the deepest block down to block 0: block 0 ends newest, the deepest block
+             of this chain oldest among them.
+        """
+        raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.insert")
+
+    def evict(self, n):
+        """Release up to n cached blocks that only the cache holds (pool.refcount(b) == 1), least
+        recently used first over the whole cache: forget the key, pool.decref the block. Blocks
+        that a sequence still holds are skipped. Returns the number released (0 if none can be).
+        No cascade: a cached block whose parent block was evicted stays cached until its own turn.
+        n not an integer >= 0 -> ValueError.
+        """
+        raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.evict")
+
+
+def cached_prefill(params, cfg, seq, prompt, cache):
+    """Prefill the empty sequence `seq` with `prompt`, computing only what `cache` does not hold,
+    and return the logits of the computed positions: [len(prompt) - hit tokens, cfg.vocab]. They
+    must equal transformer_lab.forward's logits of those positions to 1e-10.
+
+    In this order:
+      1. ValueError, nothing changed: seq not empty (length 0 and no blocks), seq.pool is not
+         cache.pool, or prompt not a valid chunk (the paged_step rules: 1-D, non-empty, ids in
+         [0, cfg.vocab), at most cfg.max_len tokens).
+      2. hits = cache.lookup(prompt). The blocks still needed are ceil(len(prompt) / B) -
+         len(hits). If fewer are free, the shortfall must come from cache.evict; if even evicting
+         every evictable block except the hits cannot make room: MemoryError, and NOTHING has
+         changed (no eviction either).
+      3. pool.incref each hit and put the hits in seq.blocks; seq.length = len(hits) * B.
+      4. cache.evict(the shortfall), if any (the hits are safe now: their refcount is >= 2).
+      5. paged_step on the rest of the prompt, prompt[len(hits) * B:].
+      6. cache.n_hit_tokens += len(hits) * B; cache.insert(prompt, seq.blocks); return the logits.
+    """
+    raise NotImplementedError("TODO Part 5 (bonus): cached_prefill")

@@ -42,6 +42,12 @@ CLASSES = {
                           "read": ("layer", "length"), "free": ()}),
 }
 FORK = ("PagedSequence", "fork", 4)          # Part 4's method lives on the Part 2 class
+# Part 5 is a bonus: its names are optional. A file without any of them (written before Part 5
+# existed) is checked, tested and submitted exactly as before; a file with some is told what is wrong.
+BONUS_FUNCTIONS = {"cached_prefill": (5, ("params", "cfg", "seq", "prompt", "cache"))}
+BONUS_CLASSES = {"PrefixCache": (5, {"__init__": ("pool",), "lookup": ("tokens",), "insert": ("tokens", "blocks"),
+                                     "evict": ("n",)})}
+BONUS_TODO = "TODO Part 5"                   # what the starter's Part 5 stubs raise: "TODO Part 5 (bonus): ..."
 
 
 class ImplError(Exception):
@@ -96,21 +102,52 @@ def _callable_as(fn, n_args):
 
 
 def missing_names(module):
-    """Every contract name the module lacks or defines uncallably, as lines for the student."""
+    """Every contract name of Parts 1-4 the module lacks or defines uncallably, as lines for the student."""
+    problems = _name_problems(module, FUNCTIONS, CLASSES, {FORK[:2]: FORK[2]})
+    for name in REEXPORTS:
+        if not callable(getattr(module, name, None)):
+            problems.append(f"{name}: keep the starter's line `from decoding import beam_search, parallel_sample`")
+    return problems
+
+
+def bonus_problems(module):
+    """None when the module defines no Part 5 name (the bonus not attempted), else the problems
+    with its names, as missing_names words them (an empty list: all there)."""
+    if not any(hasattr(module, name) for name in (*BONUS_FUNCTIONS, *BONUS_CLASSES)):
+        return None
+    return _name_problems(module, BONUS_FUNCTIONS, BONUS_CLASSES, {})
+
+
+def bonus_line(module, path):
+    """What check and submit say about Part 5 (never an error: the bonus is extra credit)."""
+    problems = bonus_problems(module)
+    stubs = [t for t in todos(path) if t.startswith(BONUS_TODO)]
+    if problems is None:
+        return "Part 5 (bonus): not attempted (no PrefixCache, no cached_prefill); Parts 1-4 are graded as usual."
+    if problems:
+        return ("Part 5 (bonus): only its extra credit is at stake, but as it is it cannot be graded:\n"
+                + "\n".join("  - " + p for p in problems))
+    if stubs:
+        return (f"Part 5 (bonus): not attempted yet ({len(stubs)} stub{'s' * (len(stubs) > 1)} still raise "
+                "NotImplementedError); it is extra credit, Parts 1-4 lose nothing.")
+    return "Part 5 (bonus): PrefixCache and cached_prefill are defined."
+
+
+def _name_problems(module, functions, classes, moved):
+    """functions: {name: (part, args)}; classes: {name: (part, {method: args})}; moved: {(class,
+    method): part} for a method of a later part that lives on an earlier part's class."""
     problems = []
-    for name, (part, args) in FUNCTIONS.items():
+    for name, (part, args) in functions.items():
         fn = getattr(module, name, None)
         if not callable(fn):
             problems.append(f"{name}: the Part {part} function is missing (def {name}({', '.join(args)}))")
         elif not _callable_as(fn, len(args)):
             problems.append(f"{name} cannot be called as {name}({', '.join(args)})")
-    for name in REEXPORTS:
-        if not callable(getattr(module, name, None)):
-            problems.append(f"{name}: keep the starter's line `from decoding import beam_search, parallel_sample`")
-    methods = {cls: dict(spec) for cls, (_, spec) in CLASSES.items()}
-    methods[FORK[0]][FORK[1]] = ()
+    methods = {cls: dict(spec) for cls, (_, spec) in classes.items()}
+    for cls, meth in moved:
+        methods[cls][meth] = ()
     for cls, spec in methods.items():
-        part = CLASSES[cls][0]
+        part = classes[cls][0]
         klass = getattr(module, cls, None)
         if not isinstance(klass, type):
             problems.append(f"{cls}: the Part {part} class is missing (class {cls}:)")
@@ -119,7 +156,7 @@ def missing_names(module):
             fn = getattr(klass, meth, None)
             sig = f"def {meth}({', '.join(('self',) + args)})"
             if meth != "__init__" and not callable(fn):
-                where = FORK[2] if (cls, meth) == FORK[:2] else part
+                where = moved.get((cls, meth), part)
                 problems.append(f"{cls}.{meth}: the Part {where} method is missing ({sig})")
             elif callable(fn) and not _callable_as(fn, len(args) + 1):
                 problems.append(f"{cls}.{meth} cannot be called as the contract does: {sig}")
@@ -182,12 +219,13 @@ def todos(path):
 # ------------------------------------------------------------------------------------ commands
 def cmd_check(args):
     try:
-        load(args.impl)
+        module = load(args.impl)
     except ImplError as e:
         print(e)
         return 1
     if not args.quiet:
         print(f"{shown(Path(args.impl) / FILE)} imports and defines every name of the contract.")
+        print(bonus_line(module, Path(args.impl) / FILE))
     return 0
 
 
@@ -225,8 +263,12 @@ def cmd_submit(args):
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.write(path, FILE)
     print(f"{shown(path)} imports and defines every name of the contract.")
+    try:
+        print(bonus_line(load(args.impl), path))      # safe now: it imported in a separate Python
+    except ImplError:
+        pass
     print(f"Wrote {shown(out)}: exactly one file, {FILE} ({path.stat().st_size:,} bytes). Upload it to Gradescope.")
-    left = todos(path)
+    left = [t for t in todos(path) if not t.startswith(BONUS_TODO)]
     if left:
         parts = sorted({t.split(":")[0].replace("TODO ", "") for t in left})
         which = "; ".join(left) if len(left) <= 3 else ", ".join(parts)
