@@ -34,6 +34,7 @@ class Hostile:
     base: str
     code: str
     where: str = "top"
+    caps: tuple = ()          # (part, most points) it may earn there, besides not beating its base
 
 
 STUBS = '''"""paged_kv.py: stubs (selftest base; honest score 0)."""
@@ -1189,6 +1190,22 @@ def _sth_make(qual, fn):
 _sth_wrap_all(globals(), _sth_make)
 '''
 
+_FAKE_PART2 = r'''
+# An honest Part 4 on a fake Part 2: paged_step reserves and advances the lengths, but computes nothing
+# and stores no K/V. Judged by sharing-invariance alone it would look right; the checks that read back
+# K/V the test stored itself, and every Part 2 check, see through it.
+import numpy as _np
+
+
+def paged_step(params, cfg, seqs, chunks):
+    out = []
+    for seq, chunk in zip(list(seqs), list(chunks)):
+        seq.reserve(len(chunk))
+        seq.length += len(chunk)
+        out.append(_np.zeros((len(chunk), cfg.vocab)))
+    return out
+'''
+
 H = Hostile
 HOSTILES = [
     # ---------------------------------------------------------------------- forging the verdict
@@ -1262,6 +1279,9 @@ HOSTILES = [
       "__eq__/__array__/__del__ that run code if the trusted side touches them", "bw_scale_d_model", _TROJANS, "bottom"),
     H("network", "connect (never send) to the runner's canary port on 127.0.0.1 and ::1 and to 1.1.1.1:80",
       "stubs", _NETWORK),
+    H("fake_part2", "an honest Part 4 on a fake Part 2 (paged_step returns zeros and stores nothing): sharing "
+      "compared with itself passes vacuously; it may earn Part 4's points and nothing of Part 2's", "solution",
+      _FAKE_PART2, "bottom", caps=(("paged_step", 0.0),)),
 ]
 
 BY_NAME = {h.name: h for h in HOSTILES}

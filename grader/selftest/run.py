@@ -452,6 +452,10 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
             continue
         if s.score > base.score + EPS:
             failures.append(f"hostile {s.name} scores {s.score}, more than its honest base {s.base} ({base.score})")
+        for part, cap in hostile_mod.BY_NAME[s.name].caps:
+            earned = sum(float(t.get("score", 0)) for t in s.data["tests"] if part in (t.get("tags") or []))
+            if earned > cap + EPS:
+                failures.append(f"hostile {s.name} earns {earned:.2f} points in {part}, more than {cap}")
     # the checkout
     changed = sorted(k for k in before if k in after and before[k] != after[k])
     new = sorted(set(after) - set(before))
