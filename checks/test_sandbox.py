@@ -412,6 +412,9 @@ FRAMES = {
     "deep nesting": lambda: raw(b'{"arrays": [], "body": {"status": "ok", "result": ' + b"[" * 200000 + b"]" * 200000 + b"}}"),
     "made-up exception name": lambda: wire.encode({"status": "raised", "error": "SECRET_hidden_input_42"}),
     "extra key": lambda: wire.encode({"status": "ok", "result": 1, "verdict": "pass"}),
+    "todo part out of range": lambda: wire.encode({"status": "raised", "error": "NotImplementedError", "todo_part": 9}),
+    "todo part as text": lambda: wire.encode({"status": "raised", "error": "NotImplementedError", "todo_part": "SECRET"}),
+    "todo part of another error": lambda: wire.encode({"status": "raised", "error": "ValueError", "todo_part": 2}),
     "trailing bytes": lambda: wire.encode({"status": "ok", "result": 1}) + b"x",
 }
 
@@ -424,7 +427,8 @@ def run(kind):
 
 
 @pytest.mark.parametrize("kind", ["object dtype", "pickle", "NaN in JSON", "huge claimed shape", "deep nesting",
-                                  "made-up exception name", "extra key", "trailing bytes"])
+                                  "made-up exception name", "extra key", "trailing bytes", "todo part out of range",
+                                  "todo part as text", "todo part of another error"])
 def test_hostile_reply_frames_are_bad_replies(make_box, tmp_path, kind):
     pwned = tmp_path / "unpickled-in-the-grader"
     box = make_box(f"PWNED = {str(pwned)!r}\n" + HOSTILE_FRAMES, False)
@@ -432,6 +436,16 @@ def test_hostile_reply_frames_are_bad_replies(make_box, tmp_path, kind):
     assert reply.status == "bad_reply" and reply.error.startswith("malformed reply")
     assert "SECRET" not in reply.error
     assert not pwned.exists()
+
+
+def test_only_the_part_number_of_a_todo_crosses(make_box):
+    """A stub's NotImplementedError("TODO Part N: ...") tells the grader N (so feedback can say which
+    part to fix first), and nothing else of its message."""
+    box = make_box("def run(kind):\n    raise NotImplementedError('TODO Part ' + kind + ': SECRET_hidden_input_42')\n", False)
+    reply = box.call("run", {"kind": "1"})
+    assert (reply.status, reply.error, reply.data) == ("raised", "NotImplementedError", {"todo_part": 1})
+    assert "SECRET" not in repr(reply)
+    assert box.call("run", {"kind": "7"}).data is None          # not a part: nothing crosses
 
 
 def test_a_result_that_is_not_plain_data_is_a_bad_reply(make_box):

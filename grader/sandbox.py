@@ -616,8 +616,11 @@ def _interpret(msg, names):
     error = msg.get("error")
     if error is not None and (type(error) is not str or error not in _BUILTIN_EXCEPTIONS):
         return None
-    if status == "raised" and keys == {"status", "error"}:
-        return Reply("raised", error=error)
+    if status == "raised" and keys <= {"status", "error", "todo_part"} and "error" in keys:
+        todo = msg.get("todo_part")
+        if todo is not None and (type(todo) is not int or not 1 <= todo <= 5 or error != "NotImplementedError"):
+            return None
+        return Reply("raised", data={"todo_part": todo} if todo else None, error=error)
     if status == "unencodable" and keys == {"status", "error"}:
         return Reply("bad_reply", error=f"the scenario's result cannot cross the sandbox boundary ({error})")
     if status == "no_scenario" and keys == {"status"}:

@@ -109,7 +109,8 @@ class Grading:
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
         reply = self.futures[check_id].result()
         if reply.status != "ok":
-            pytest.fail(_no_answer(reply), pytrace=False)
+            pytest.fail(_no_answer(reply, rubric.PARTS.index(rubric.CHECKS[check_id].part) + 1
+                                   if rubric.CHECKS[check_id].part in rubric.PARTS else 5), pytrace=False)
         data = reply.data
         if not isinstance(data, list) or len(data) != len(self.plans[check_id]):
             pytest.fail("the worker's answer has the wrong form (was the scenario code tampered with?)", pytrace=False)
@@ -146,8 +147,12 @@ class Grading:
             self.sandboxes.get().close()
 
 
-def _no_answer(reply):
+def _no_answer(reply, part_no):
     if reply.status == "raised" and reply.error.startswith("NotImplementedError"):
+        todo = (reply.data or {}).get("todo_part")
+        if todo and todo != part_no:
+            return (f"not implemented yet: your code reached a TODO of Part {todo}, which this check needs: "
+                    f"fix Part {todo} first")
         return "not implemented yet (your code raised NotImplementedError)"
     what = {"timeout": "did not finish in time (an infinite loop, or far too slow)",
             "crashed": "crashed the worker process",
