@@ -16,7 +16,9 @@ pytestmark = pytest.mark.blockwise_attention
 SECTION = "Part 3: blockwise attention"
 HINT = ("  Common causes: a softmax per block instead of one over all positions; reading the unfilled "
         "slots of the last block\n  or blocks past ceil(length / block_size); the wrong layer; a scale "
-        "other than 1/sqrt(d_head).")
+        "other than 1/sqrt(d_head).\n  A non-finite value (NaN or inf): no maximum subtracted before exp "
+        "(large scores overflow), or one maximum taken\n  over all heads instead of each head's own "
+        "(a head whose scores lie far below it gets exp = 0 everywhere: 0 / 0).")
 
 
 def expected_output(cfg, n_blocks, block_size, seed, case):
