@@ -46,6 +46,19 @@ def first_difference(expected, got, tol):
             f"(max |difference| {err.max():.3g} > {tol:g}; {len(bad)} of {err.size} entries differ)")
 
 
+_SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are its arguments
+    "grow": "seq {0}.reserve({1}), then the test stores K/V for the {1} new positions and sets length += {1}",
+    "share": "the test takes one more reference to seq {0}'s last block (pool.incref)",
+    "mirror": "the test makes a new sequence sharing seq {0}'s blocks (as fork would)",
+    "poke": "the test overwrites position {1} of seq {0} in pool storage",
+    "fill": "the test fills every block's storage with random K/V (a used pool)",
+    "release": "pool.decref of the test's block #{0}",
+    "fork": "seq {0}.fork()", "free": "seq {0}.free()", "reserve": "seq {0}.reserve({1})",
+    "write": "seq {0}.write(layer {1}, start {2}, {3} positions)", "read": "seq {0}.read(layer {1}, length {2})",
+    "new": "PagedSequence(pool)", "data": "reading block {0}'s K/V from storage",
+}
+
+
 def describe_action(op):
     """A scenario action as the call it stands for, with chunk sizes but never token ids:
     step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(3)."""
@@ -57,33 +70,8 @@ def describe_action(op):
             return call
         return (f"{call}, the test having taken blocks until it needs "
                 + ("exactly the free ones" if name == "fit" else "one block more than is free"))
-    if name == "grow":
-        return (f"seq {args[0]}.reserve({args[1]}), then the test stores K/V for the {args[1]} new positions "
-                f"and sets length += {args[1]}")
-    if name == "share":
-        return f"the test takes one more reference to seq {args[0]}'s last block (pool.incref)"
-    if name == "mirror":
-        return f"the test makes a new sequence sharing seq {args[0]}'s blocks (as fork would)"
-    if name == "poke":
-        return f"the test overwrites position {args[1]} of seq {args[0]} in pool storage"
-    if name == "fill":
-        return "the test fills every block's storage with random K/V (a used pool)"
-    if name == "release":
-        return f"pool.decref of the test's block #{args[0]}"
-    if name == "alloc" and not args:
-        return "pool.alloc() (the test holds the block)"
-    if name in ("fork", "free"):
-        return f"seq {args[0]}.{name}()"
-    if name == "reserve":
-        return f"seq {args[0]}.reserve({args[1]})"
-    if name == "write":
-        return f"seq {args[0]}.write(layer {args[1]}, start {args[2]}, {args[3]} positions)"
-    if name == "read":
-        return f"seq {args[0]}.read(layer {args[1]}, length {args[2]})"
-    if name == "new":
-        return "PagedSequence(pool)"
-    if name == "data":
-        return f"reading block {args[0]}'s K/V from storage"
+    if name in _SAID:
+        return _SAID[name].format(*args)
     name = {"copy": "copy_block"}.get(name, name)
     return f"pool.{name}({', '.join(str(a) for a in args)})"
 
