@@ -288,17 +288,18 @@ def test_the_gate_stops_a_real_old_python(tmp_path, minor):
     assert not (folder / ".venv").exists()
 
 
-def grading_table():
-    """The rows of assignment.md's grading table: (part, check title, points), totals apart."""
-    lines = (ROOT / "assignment.md").read_text().splitlines()
-    start = lines.index("| Part | Check | Points |")
+def grading_table(text=None, header="| Part | Check | Points |"):
+    """The rows of a grading table (assignment.md's by default; the Chinese edition's with its own
+    text and header): (part, check title, points), and apart the totals, whose titles are bold."""
+    lines = (ROOT / "assignment.md").read_text().splitlines() if text is None else text.splitlines()
+    start = lines.index(header)
     checks, totals = [], []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
         cells = [re.sub(r"\\(.)", r"\1", c).strip().strip("`") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
         part, title, points = cells
-        if title.startswith("**total"):
+        if title.startswith("**"):
             totals.append((part, int(points.strip("*"))))
         else:
             checks.append((part, title, int(points)))
@@ -362,6 +363,20 @@ def test_the_starter_demo_says_not_implemented(handout):
     r = make(handout, "demo")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("not implemented yet") == 5 and "Traceback" not in r.stdout     # demo 5: the bonus
+
+
+@pytest.mark.slow
+def test_make_demo_lang_zh_prints_the_same_demos_in_chinese(handout, tmp_path):
+    """`make demo LANG=zh`, as both halves of the README say: the lecture's Chinese headings, and
+    the same numbers as the English demos (LANG=C)."""
+    from test_handout_sync import NUMBER
+    sol = impl(tmp_path, "sol", (ROOT / "solution" / "paged_kv.py").read_text())
+    zh, en = (make(handout, "demo", f"LANG={lang}", f"IMPL={sol}") for lang in ("zh", "C"))
+    for r in (zh, en):
+        assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert [n for n in range(1, 5) if f"演示 {n}：" in zh.stdout] == [1, 2, 3, 4], zh.stdout[-2000:]
+    assert "Demo 1:" not in zh.stdout and "观察：" in zh.stdout and "演示 1：" not in en.stdout
+    assert sorted(re.findall(NUMBER, zh.stdout)) == sorted(re.findall(NUMBER, en.stdout))
 
 
 BROKEN = {

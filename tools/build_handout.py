@@ -4,9 +4,10 @@
 
 The handout is an allowlist: the lab, the starter (the student's working folder), the public
 tests, tools/labtool.py (what make test / make submit run) and tools/check_python.py (the
-Makefile's Python version gate), assignment.md, and the student Makefile, README, .gitignore and
-requirements.txt from handout/ (the students' requirements select versions for Python 3.9+; the
-root requirements.txt stays the grader's pins). Never solution/, grader/, checks/ or .ci/.
+Makefile's Python version gate), assignment.md and its Chinese edition assignment.zh-CN.md, and
+the student Makefile, README (Chinese, then English), .gitignore and requirements.txt from
+handout/ (the students' requirements select versions for Python 3.9+; the root requirements.txt
+stays the grader's pins). Never solution/, grader/, checks/ or .ci/.
 """
 import argparse
 import sys
@@ -26,6 +27,7 @@ def handout_files():
               if p.is_file() and p.suffix in (".py", ".ini")]
     files += [(ROOT / "tools" / name, f"tools/{name}") for name in ("labtool.py", "check_python.py")]
     files += [(ROOT / "assignment.md", "assignment.md"),
+              (ROOT / "assignment.zh-CN.md", "assignment.zh-CN.md"),
               (ROOT / "handout" / "requirements.txt", "requirements.txt"),
               (ROOT / "handout" / "Makefile", "Makefile"),
               (ROOT / "handout" / "README.md", "README.md"),
