@@ -50,17 +50,15 @@ def test_corpus_verified_in_process():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_grader_kills_mutants_and_passes_variants(tmp_path):
-    for only in ("mutants", "variants"):
-        proc = _run("grader.selftest.run", "--only", only, "--json", str(tmp_path / f"{only}.json"), timeout=1700)
-        assert proc.returncode == 0, f"selftest ({only}) failed: see the report above"
+@pytest.mark.timeout(2400)
+def test_grader_passes_its_selftest(tmp_path):
+    """Mutants, variants and (as root) the hostile submissions, graded in one run, so that the long
+    ones (hangs, bombs) overlap with the rest: every mutant costs points in its own parts only, every
+    variant scores full marks, every attack is contained, grading is deterministic."""
+    proc = _run("grader.selftest.run", "--json", str(tmp_path / "selftest.json"), timeout=2300)
+    assert proc.returncode == 0, "selftest failed: see the report above"
 
 
-@pytest.mark.slow
-@pytest.mark.needs_root
-@pytest.mark.skipif(not IS_ROOT, reason="needs root: the grader isolates submissions only as root (CI is root)")
-@pytest.mark.timeout(1800)
-def test_grader_contains_hostile_submissions(tmp_path):
-    proc = _run("grader.selftest.run", "--only", "hostile", "--json", str(tmp_path / "hostile.json"), timeout=1700)
-    assert proc.returncode == 0, "selftest (hostile) failed: see the report above"
+@pytest.mark.skipif(IS_ROOT, reason="as root the hostile submissions run in test_grader_passes_its_selftest")
+def test_hostile_submissions_need_root():
+    pytest.skip("the hostile submissions were not run: the grader isolates submissions only as root (CI is root)")
