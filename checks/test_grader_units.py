@@ -75,8 +75,8 @@ def test_score_fails_closed_and_shares_points_among_cases():
     assert by_id[first]["points"] == round(rubric.CHECKS[first].points * 3 / 4, 2)
     assert all(r["points"] == 0 and r["failures"] == ["did not run"] for cid, r in by_id.items() if cid != first)
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
-    assert sum(r["points"] for r in everything) == 100
-    assert part_totals(everything) == {p: (rubric.part_points(p), rubric.part_points(p)) for p in rubric.PARTS}
+    assert sum(r["points"] for r in everything) == rubric.TOTAL + rubric.BONUS_TOTAL
+    assert part_totals(everything) == {p: (rubric.part_points(p), rubric.part_points(p)) for p in rubric.ALL_PARTS}
 
 
 def test_results_json_is_gradescope_shaped(tmp_path):
@@ -143,7 +143,24 @@ def _failing(check_id, message):
                         else [(True, "")]) for cid in rubric.CHECKS})
 
 
-def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first():
+@pytest.fixture
+def bonus_off():
+    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
+    was = rubric.BONUS
+    rubric.switch_bonus(False)
+    yield
+    rubric.switch_bonus(was)
+
+
+@pytest.fixture
+def bonus_on():
+    was = rubric.BONUS
+    rubric.switch_bonus(True)
+    yield
+    rubric.switch_bonus(was)
+
+
+def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first(bonus_off):
     check = rubric.CHECKS["paged_step.prefill"]
     message = ("prefill logits equal the contiguous forward (Config 1):\n  after action 3 of 9, step(...):\n"
                "    logits[0, 2]: expected 0.5, got 0.25\n  first differing logit ...\n"
@@ -183,58 +200,72 @@ def test_not_graded_puts_the_students_message_first_and_notes_come_in_the_first_
 
 # ------------------------------------------------------------------ bonus parts are extra credit
 
-BONUS_SECTION = "Part 5 (bonus): a test-only bonus part"
+BONUS_LABEL = "Part 5 (bonus): shared prefix across requests (extra credit)"
 
 
-@pytest.fixture
-def bonus_rubric(monkeypatch):
-    """The real rubric plus a bonus part `prefix_cache` worth 6 + 4 points, as rubric.py builds one."""
-    checks = dict(rubric.CHECKS)
-    for cid, points, title in (("hits", 6, "cached prefixes are hit"), ("evict", 4, "LRU eviction from the tail")):
-        checks[f"prefix_cache.{cid}"] = rubric.Check(f"prefix_cache.{cid}", "prefix_cache", points, title, BONUS_SECTION)
-    monkeypatch.setattr(rubric, "CHECKS", checks)
-    monkeypatch.setattr(rubric, "BONUS_PARTS", ("prefix_cache",))
-    monkeypatch.setattr(rubric, "ALL_PARTS", rubric.PARTS + ("prefix_cache",))
-    monkeypatch.setattr(rubric, "BONUS_TOTAL", 10)
-    monkeypatch.setitem(rubric.SECTIONS, "prefix_cache", BONUS_SECTION)
-
-
-def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_rubric):
+def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_on):
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
     data = report.results_json(everything, report.student_output(everything), 1.0)
+    assert rubric.BONUS_PARTS == ("prefix_cache",) and rubric.BONUS_TOTAL == 10
     assert data["score"] == 110 and data["max_score"] == 100
     bonus = [t for t in data["tests"] if t["tags"] == ["prefix_cache"]]
-    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == [("5.1", 6, 6), ("5.2", 4, 4)]
+    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == \
+        [(f"5.{i}", c.points, c.points) for i, c in enumerate(
+            (c for c in rubric.CHECKS.values() if c.part == "prefix_cache"), 1)]
+    assert sum(t["max_score"] for t in bonus) == 10
     assert all("extra credit" in t["name"] for t in bonus)
     assert not any("extra credit" in t["name"] for t in data["tests"] if t not in bonus)
     assert data["output"].splitlines()[0] == "Score: 110.00 / 100 (10.00 of it extra credit)"
-    assert f"{BONUS_SECTION} (extra credit)" in data["output"]
+    assert BONUS_LABEL in data["output"]
     assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
     assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
     assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "prefix_cache", "status"]
 
 
-def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_rubric):
+def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on):
     from grader import batch
-    rows = _failing("prefix_cache.evict", "evicted block 3, expected block 7")
+    check = rubric.CHECKS["prefix_cache.eviction"]
+    rows = _failing(check.id, "evicted block 3, expected block 7")
     data = report.results_json(rows, report.student_output(rows), 1.0)
-    assert data["score"] == 100 + 6 + 1                        # 1 of the 4 eviction cases passed
-    assert batch.row_of("s", data) == {"submission": "s", "score": 107, "allocator": 25, "paged_step": 30,
-                                       "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 7,
+    lost = check.points * 3 / 4                               # 1 of the 4 cases passed
+    assert data["score"] == 110 - lost
+    assert batch.row_of("s", data) == {"submission": "s", "score": 110 - lost, "allocator": 25, "paged_step": 30,
+                                       "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 10 - lost,
                                        "status": "graded"}
-    assert "First to fix: LRU eviction from the tail (1 of 4 cases passed)" in data["output"]
+    assert f"First to fix: {check.title} (1 of 4 cases passed)" in data["output"]
     from grader import classview
     text = "\n".join(classview.summary({"s": data}))
-    assert "prefix_cache (10 points, extra credit)" in text and "prefix_cache.evict" in text
+    assert "prefix_cache (10 points, extra credit)" in text and "prefix_cache.eviction" in text
 
 
-def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4():
-    assert rubric.ALL_PARTS == rubric.PARTS + rubric.BONUS_PARTS
-    if rubric.BONUS_PARTS:
-        pytest.skip("this rubric has bonus parts")
+def test_a_bonus_not_attempted_is_one_message_and_costs_nothing_else(bonus_on):
+    from grader.grade import bonus_left_out
+    left = bonus_left_out(["PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert",
+                           "PrefixCache.evict"])
+    assert list(left) == ["prefix_cache"] and left["prefix_cache"].startswith("bonus not attempted")
+    rows = score({cid: [(True, "")] for cid in rubric.CHECKS if not cid.startswith("prefix_cache.")}, left_out=left)
+    data = report.results_json(rows, report.student_output(rows), 1.0)
+    assert data["score"] == 100 and data["output"].splitlines()[0] == "Score: 100.00 / 100"
+    assert data["output"].count("bonus not attempted") == 1 and "First to fix" not in data["output"]
+    assert all(t["output"] == left["prefix_cache"] for t in data["tests"] if t["tags"] == ["prefix_cache"])
+    assert report.table(rows, "h").count("bonus not attempted") == 1
+    half = bonus_left_out(["cached_prefill"])
+    assert half["prefix_cache"].startswith("bonus not graded") and "cached_prefill" in half["prefix_cache"]
+    assert bonus_left_out([]) == {} and bonus_left_out(["BlockPool.alloc"]) == {}
+
+
+def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4(bonus_off):
+    from grader.grade import bonus_left_out
+    assert rubric.ALL_PARTS == rubric.PARTS and rubric.BONUS_PARTS == () and rubric.BONUS_TOTAL == 0
+    assert [c.part for c in rubric.CHECKS.values()] == [p for p, checks in rubric._RUBRIC for _ in checks]
+    assert rubric.SWITCHED_OFF == {f"prefix_cache.{cid}" for cid, _, _ in rubric._BONUS_RUBRIC[0][1]}
     rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    data = report.results_json(rows, report.student_output(rows), 1.0)
+    assert data["score"] == 100 and len(data["tests"]) == 28
     assert "extra credit" not in report.student_output(rows) + report.table(rows, "h")
+    assert "Part 5" not in report.student_output(rows) and "prefix_cache" not in report.table(rows, "h")
     assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "status"]
+    assert bonus_left_out(["PrefixCache", "cached_prefill"]) == {}
 
 
 # ------------------------------------------------------------------ the class summary
