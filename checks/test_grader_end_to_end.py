@@ -195,7 +195,8 @@ def test_a_renamed_file_is_graded_and_the_report_says_so_first(tmp_path):
     proc, results = grade(folder, tmp_path)
     assert proc.returncode == 0 and results["score"] == FULL, results and results["output"]
     first = results["output"].splitlines()[:2]
-    assert first[0].startswith(f"Score: {FULL:.2f} / 100") and first[1].startswith("Graded paged_kv (1).py as paged_kv.py")
+    assert first[0].startswith(f"Score: {FULL:.2f} / 100")
+    assert first[1].startswith("Graded paged_kv (1).py as paged_kv.py")
 
 
 def test_batch_writes_a_gradebook(tmp_path):

@@ -334,3 +334,71 @@ def test_a_progress_line_estimates_the_time_left_from_the_average_so_far():
     assert line.startswith("[ 3/12] 1:30 elapsed, about 4:30 left  alice ")     # 9 more at 30 s each
     assert line.endswith("  87.50  (31.0 s)")
     assert "error" in progress(1, 1, 5.0, "bob", None, 5.0)
+
+
+# ------------------------------------------------------------------ Part 5's judge (rules.part5_view)
+
+def _prefix_case():
+    from grader.hidden.inputs import Case
+    A = list(range(3, 16))
+    actions = [["request", A], ["request", A[:8] + [1, 2, 3]], ["release", 0], ["lookup", A], ["evict", 1],
+               ["overwrite", 0, 1, 5], ["request", A[:8] + [4]]]
+    return Case("unit", "prefix_script", {"cfg": None, "param_seed": 0, "n_blocks": 12, "block_size": 4,
+                                          "actions": actions, "twin": True})
+
+
+def _module(text, tag):
+    import importlib.util
+    import tempfile
+    folder = tempfile.mkdtemp()
+    with open(f"{folder}/paged_kv.py", "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"pk_unit_{tag}", f"{folder}/paged_kv.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
+    """Another allocation order (a Part 1 bug) gives other ids but the same Part 5 view; the judge
+    passes it."""
+    import paged_kv as reference
+    import rules
+    import scenarios
+    from grader.hidden.judges import PART5_FIELDS, prefix_judge
+    from grader.selftest import mutants
+    case = _prefix_case()
+    expected = scenarios.prefix_script(reference, **case.inputs)
+    other = _module(mutants.apply(mutants.BY_NAME["alloc_highest_first"]), "highest")
+    got = scenarios.prefix_script(other, **case.inputs)
+    assert expected["records"][0]["tables"] != got["records"][0]["tables"]
+    assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
+    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "rows": 3}
+    for field in PART5_FIELDS:
+        assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got) is None
+
+
+def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submission():
+    import copy
+    import paged_kv as reference
+    import scenarios
+    from grader.hidden.judges import PART5_FIELDS, prefix_judge
+    from grader.selftest import mutants
+    case = _prefix_case()
+    expected = scenarios.prefix_script(reference, **case.inputs)
+    judge = prefix_judge(PART5_FIELDS["logits"], twin=True)
+    fake = copy.deepcopy(expected)            # the last request's logits as if it had recomputed its prefix
+    fake["records"][6]["result"]["logits"] = scenarios.prefix_script(
+        reference, **{**case.inputs, "actions": case.inputs["actions"][:1] + [["request", list(range(3, 11)) + [4]]]}
+    )["records"][1]["result"]["logits"]
+    assert "differ from your own prefill" in judge(case, expected, fake)
+    wrong = _module(mutants.apply(mutants.BY_NAME["hits_not_in_table"]), "hits_not_in_table")
+    assert "differ from your own prefill" in judge(case, expected, scenarios.prefix_script(wrong, **case.inputs))
+    leak = copy.deepcopy(expected)
+    leak["records"][3]["result"] = ["tokens 3 4 5"]
+    leak["records"][4]["result"] = "not an integer: Tokens_3_4_5"
+    for field in ("keys", "eviction"):
+        said = prefix_judge(PART5_FIELDS[field])(case, expected, leak)
+        assert said and "3 4 5" not in said and "Tokens" not in said, said
+    leak["records"][0]["tables"][0] = ["x"]
+    assert "wrong form" in prefix_judge(PART5_FIELDS["hits"])(case, expected, leak)

@@ -17,6 +17,8 @@ Every function takes plain data and returns a sentence (what is wrong, where) or
 """
 import math
 
+import numpy as np
+
 from explain import describe_action, draw_tables, first_difference
 
 TOL_LOGITS = 1e-10
@@ -308,7 +310,8 @@ def part5_view(result, block_size):
         if error is not None and before is not None:
             old = before["tables"] + [[]] * (len(tables) - len(before["tables"]))
             row["unchanged"] = (old == tables and before["refcounts"] == rec["refcounts"]
-                                and before["n_cached"] == rec["n_cached"] and before["n_hit_tokens"] == rec["n_hit_tokens"])
+                                and before["n_cached"] == rec["n_cached"]
+                                and before["n_hit_tokens"] == rec["n_hit_tokens"])
         view.append(row)
         before = rec
     return view
@@ -366,9 +369,9 @@ def _named_result(op, result, names, error):
     if op[0] == "lookup":
         if not isinstance(result, list):
             raise ValueError("a lookup's result has the wrong form")
-        return [names.get(b, f"id {b}") for b in result]
+        return [names.get(b, f"id {b}") if type(b) is int else "not an integer" for b in result]
     if op[0] in ("evict", "insert"):
-        return result
+        return result if type(result) is int else "not an integer"
     return None
 
 
@@ -379,6 +382,11 @@ def twin_difference(result, n):
     if twin is None:
         return "its rows of logits are not the prompt's length minus whole blocks, so nothing can be compared"
     if twin["error"] is not None:
-        return (f"without the cache, your paged_step raised {twin['error']['kind']} on the same prompt "
-                "(fix Part 2 first)")
-    return first_difference(twin["result"], rec["result"]["logits"], TOL_LOGITS)
+        kind = twin["error"].get("kind") if isinstance(twin["error"], dict) else None
+        kind = kind if kind in ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError",
+                                "AttributeError", "NotImplementedError") else "an exception"
+        return f"without the cache, your paged_step raised {kind} on the same prompt (fix Part 2 first)"
+    got = rec["result"].get("logits") if isinstance(rec["result"], dict) else None
+    if not isinstance(twin["result"], np.ndarray) or not isinstance(got, np.ndarray):
+        return "the logits have the wrong form (float arrays expected)"
+    return first_difference(twin["result"], got, TOL_LOGITS)

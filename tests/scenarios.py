@@ -484,7 +484,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     (gives them all back), ["bad_prefill", kind, tokens] (cached_prefill on a sequence it must
     refuse: "filled" holds the test's last block with length 1, "reserved" the same with length 0,
     "other_pool" is on another pool).
-    Between actions every table, every refcount, n_cached, n_hit_tokens and n_free are recorded.
+    After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
+    and n_hit_tokens.
 
     The twin of a request that returned h * B fewer rows than tokens: a fresh pool of its own, one
     paged_step on the first h * B tokens, then the same overwrites the request's hits carry,
@@ -557,7 +558,9 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         handed_out(held)
 
     def hold_until(k):
-        while as_int(pool.n_free) > k:
+        for _ in range(n_blocks):           # bounded: a pool whose n_free never falls cannot hang the test
+            if not as_int(pool.n_free) > k:
+                break
             held.append(pool.alloc())
         handed_out(held)
 
@@ -577,9 +580,9 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
                 pool.decref(held[-1])
 
     pool_args = (n_blocks, B)
-    calls = {"request": request, "seq": own, "insert": insert, "lookup": lambda t: [as_int(b) for b in cache.lookup(t)],
-             "evict": lambda n: as_int(cache.evict(n)), "release": release, "overwrite": overwrite, "hold": hold, "hold_until": hold_until,
-             "unhold": unhold, "bad_prefill": bad_prefill}
+    calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
+             "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
+             "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
     records = []
     for op, *args in actions:
         before = len(twins)
@@ -591,8 +594,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         records.append({"op": [op, *args], "result": result, "error": error,
                         "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
                         "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
-                        "n_cached": observe(lambda: cache.n_cached), "n_hit_tokens": observe(lambda: cache.n_hit_tokens),
-                        "n_free": observe(lambda: pool.n_free)})
+                        "n_cached": observe(lambda: cache.n_cached),
+                        "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
     return {"records": records, "twins": twins}
 
 

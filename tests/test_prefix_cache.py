@@ -107,7 +107,8 @@ def test_insert_caches_new_keys_only(pk):
     check("lookup(Y Z t): Y is not cached, so nothing", [], view[9]["result"])
     check("insert(Y Z, seq 3's own table)", 1, view[10]["result"])
     check("lookup(Y Z t)", ["3.0", "3.1"], view[11]["result"])
-    check("insert(P Q R) again, and insert of 3 tokens (no full block)", [0, 0], [view[12]["result"], view[13]["result"]])
+    check("insert(P Q R) again, and insert of 3 tokens (no full block)", [0, 0],
+          [view[12]["result"], view[13]["result"]])
     check("n_cached", 6, view[13]["n_cached"])
 
 
@@ -125,7 +126,8 @@ def evicted_one_by_one(view, start):
 
 
 def test_lookup_changes_nothing(pk):
-    actions = recency_setup() + [["lookup", A], ["lookup", A[:9]], ["lookup", A[:8] + tokens(5, 56)]] + [["evict", 1]] * 5
+    lookups = [["lookup", A], ["lookup", A[:9]], ["lookup", A[:8] + tokens(5, 56)]]
+    actions = recency_setup() + lookups + [["evict", 1]] * 5
     view = run_prefix(pk, actions, B, section=SECTION)
     check("blocks the cache holds, n_cached and n_hit_tokens after three lookups (lookup changes nothing)",
           (["0.0", "0.1", "0.2", "1.2"], 4, 0), (view[8]["cached"], view[8]["n_cached"], view[8]["n_hit_tokens"]))
@@ -229,8 +231,9 @@ BAD = {
                          ids=lambda x: {False: "", True: "on a full pool"}.get(x, x) if isinstance(x, bool) else x)
 def test_bad_calls_are_value_errors_that_change_nothing(pk, case, full):
     """Request 0 (seq 0) caches A's first block, the test holds a block of its own, and seq 1 is A
-    (13 tokens) in blocks the test made: its block 0's key is cached, 1 and 2 are new. On a full pool (the test took every free block), the
-    ValueError still comes first (a free block to insert exists only on a pool that is not full)."""
+    (13 tokens) in blocks the test made: its block 0's key is cached, 1 and 2 are new. On a full pool
+    (the test took every free block), the ValueError still comes first (a free block to insert exists
+    only on a pool that is not full)."""
     actions = [["request", A[:6]], ["hold", 1], ["seq", A, 3]] + [["hold_until", 0]] * full + [BAD[case]]
     run_prefix(pk, actions, B, n_blocks=10, section=SECTION, errors={len(actions) - 1: "ValueError"})
 

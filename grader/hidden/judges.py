@@ -301,7 +301,7 @@ PART5_FIELDS = {            # what each Part 5 check compares with the reference
     "exhaustion": ("error", "unchanged", "cached", "result"),
     "errors": ("error", "unchanged"),
 }
-_PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached", "n_hit_tokens", "n_free"}
+_PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached", "n_hit_tokens"}
 
 
 def _ints(x):

@@ -59,7 +59,8 @@ def plan_keys(rng):
         tail = tokens(rng, int(rng.integers(1, B))) if B > 1 else []
         t = tokens(rng, 1)
         actions = [["seq", P + Q + R + tail, seed(rng)], ["insert", 0],
-                   ["lookup", X + Q + R + t], ["lookup", P + Q2 + R + t], ["lookup", P + Q + R], ["lookup", P + Q + R + t],
+                   ["lookup", X + Q + R + t], ["lookup", P + Q2 + R + t], ["lookup", P + Q + R],
+                   ["lookup", P + Q + R + t],
                    ["seq", X + Q + R, seed(rng)], ["insert", 1], ["lookup", X + Q + R + t],
                    ["seq", P + Q + R + t, seed(rng)], ["insert", 2], ["insert", 0],
                    ["seq", P + Q + R2 + R3, seed(rng)], ["insert", 3], ["lookup", P + Q + R2 + R3 + t],
@@ -177,7 +178,8 @@ PLANS = {
     "prefix_cache.exhaustion": plan_exhaustion,
     "prefix_cache.errors": plan_errors,
 }
-JUDGES = {check: prefix_judge(PART5_FIELDS[check.split(".")[1]], twin=check == "prefix_cache.logits") for check in PLANS}
+JUDGES = {check: prefix_judge(PART5_FIELDS[check.split(".")[1]], twin=check == "prefix_cache.logits")
+          for check in PLANS}
 
 
 def test_prefix_cache(case, judge):

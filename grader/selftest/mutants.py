@@ -526,14 +526,15 @@ MUTANTS += [
         "return [t[i * self.pool.block_size:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]"),),
       "pc_keys"),
     M("lookup_no_cap", "prefix_cache",
-      "lookup returns every cached full block, without the (len - 1) // B cap, so a prompt that is cached whole "
-      "leaves no token to compute. Verified: 8 tokens cached in 2 blocks of 4, lookup of the same 8 returns 2 blocks "
-      "(contract: 1), and cached_prefill of them raises ValueError (an empty chunk) after taking the hits.",
+      "lookup returns every cached full block, without the (len - 1) // B cap, so a prompt cached whole leaves "
+      "no token to compute. Verified: 8 tokens cached in 2 blocks of 4, lookup of the same 8 returns [0, 1] "
+      "(contract: [0]), and cached_prefill of them raises ValueError (an empty chunk) after taking the hits "
+      "(refcounts 3, 3 instead of 2, 2).",
       ((_CAP, "self._keys(tokens)[:len(tokens) // self.pool.block_size]"),), "pc_hits"),
     M("lookup_cap_one_block_short", "prefix_cache",
       "lookup keeps back the prompt's last FULL block (cap len // B - 1) instead of leaving one token: a prompt "
-      "that ends inside a block recomputes a block it could reuse. Verified: 13 tokens, blocks of 4, 3 cached: "
-      "lookup returns 2 blocks (contract: 3).",
+      "that ends inside a block recomputes a block it could reuse. Verified: 13 tokens cached in blocks of 4, "
+      "lookup of the first 5 returns [] (contract: [0]), of all 13 two blocks (contract: 3).",
       ((_CAP, "self._keys(tokens)[:max(0, len(tokens) // self.pool.block_size - 1)]"),), "pc_hits"),
     M("hit_tokens_counts_blocks", "prefix_cache",
       "n_hit_tokens adds the number of hit BLOCKS, not tokens. Verified: a request hitting 2 blocks of 4 adds 2 "
@@ -546,8 +547,9 @@ MUTANTS += [
       (("    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size\n",
         "    seq.blocks, seq.length = list(hits), max(0, len(hits) * pool.block_size - 1)\n"),), "pc_hits"),
     M("insert_caches_partial_block", "prefix_cache",
-      "The partly filled last block is cached too (keys for ceil(len / B) blocks). Verified: insert of 14 tokens "
-      "with blocks of 4 returns 4 (contract: 3 full blocks) and takes a reference on the partial block.",
+      "The partly filled last block is cached too (keys for ceil(len / B) blocks). Verified: insert of 13 "
+      "tokens with blocks of 4 returns 4 (contract: its 3 full blocks) and takes a reference on the partial "
+      "block.",
       (("return [t[:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]",
         "return [t[:(i + 1) * self.pool.block_size] for i in range(-(-len(t) // self.pool.block_size))]"),), "pc_keys"),
     M("insert_reuses_cached_block", "prefix_cache",
@@ -569,8 +571,8 @@ MUTANTS += [
         "    seq.length = len(hits) * pool.block_size\n"),), "pc_logits"),
     M("lookup_touches_recency", "prefix_cache",
       "lookup marks its hits most recently used (a 'read' counts as a use), so recency changes outside insert. "
-      "Verified: A (3 blocks) then B sharing 2 of them; lookup(A) before evicting one at a time gives 1.2 first, "
-      "then A's tail (contract: A's tail 0.2 first, lookup changes nothing).",
+      "Verified: A (13 tokens) then B (A's first 8 and 5 more) prefilled and freed, then lookup(A): evict(1) "
+      "releases B's block 2 (contract: A's tail, block 2; lookup changes nothing).",
       (("            hits.append(self._block[key])\n",
         "            hits.append(self._block[key])\n            self._lru.move_to_end(self._block[key])\n"),), "pc_eviction"),
     M("recency_head_oldest", "prefix_cache",
@@ -579,8 +581,9 @@ MUTANTS += [
       "(contract: the tail, block 2).",
       (("        for key in reversed(keys):", "        for key in keys:"),), "pc_eviction"),
     M("evict_most_recent_first", "prefix_cache",
-      "evict takes the most recently used blocks first (the order list read from the wrong end). Verified: A then "
-      "B cached and freed: evict(1) releases B's newest block (contract: the least recently used, A's tail).",
+      "evict takes the most recently used blocks first (the order list read from the wrong end). Verified: A "
+      "then B (A's first 8 tokens and 5 more) prefilled and freed: evict(1) releases block 0, the head both "
+      "used last (contract: the least recently used, A's tail, block 2).",
       (("        victims = self._evictable()[:n]\n", "        victims = self._evictable()[::-1][:n]\n"),), "pc_eviction"),
     M("evict_cascades", "prefix_cache",
       "Evicting a block also forgets every cached key that extends its key (a radix-tree delete of the subtree), "
@@ -589,7 +592,8 @@ MUTANTS += [
       ((_EVICT_LOOP, "        for b in victims:\n            key = self._lru.pop(b)\n            del self._block[key]\n"
                      "            self.pool.decref(b)\n"
                      "            for k2 in [k for k in self._block if k[:len(key)] == key]:\n"
-                     "                self.pool.decref(self._lru.pop(self._block.pop(k2)))\n"),), "pc_eviction"),
+                     "                b2 = self._block.pop(k2)\n                del self._lru[b2]\n"
+                     "                self.pool.decref(b2)\n"),), "pc_eviction"),
     M("evict_returns_n", "prefix_cache",
       "evict returns n, the number asked for, instead of the number released. Verified: evict(5) with 2 evictable "
       "blocks returns 5 (contract: 2).",
