@@ -10,7 +10,7 @@ SUBMISSION ?= solution/paged_kv.py
 
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
-	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write]"
+	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write|prefix_cache]"
 	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
 	@echo "make submit                build/submission.zip from starter/paged_kv.py"
 	@echo "make handout               build/handout.zip for students"

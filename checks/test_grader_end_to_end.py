@@ -1,6 +1,6 @@
 """The grader as course staff use it: `python -m grader` on real files, batch, and the Gradescope
 archive run in a simulated /autograder tree. Expected scores come from the rubric (100 for the
-reference, 0 for the stubs) and from which part a planted bug lives in."""
+reference, 110 with the bonus, 0 for the stubs) and from which part a planted bug lives in."""
 import csv
 import json
 import os
@@ -48,19 +48,24 @@ def reference_results(tmp_path_factory):
     return grade(REFERENCE, tmp_path_factory.mktemp("ref"))
 
 
-def test_reference_scores_100(reference_results):
+FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # 110 with the bonus on (rubric.BONUS), else 100
+
+
+def test_reference_scores_full_marks(reference_results):
     proc, results = reference_results
     assert proc.returncode == 0, proc.stderr
-    assert results["score"] == 100 and all(t["status"] == "passed" for t in results["tests"])
-    assert re.search(r"\nTOTAL +100\.00 / 100", proc.stdout)
+    assert results["score"] == FULL and results["max_score"] == 100
+    assert all(t["status"] == "passed" for t in results["tests"])
+    assert re.search(rf"\nTOTAL +{FULL}\.00 / 100", proc.stdout)
 
 
 def test_students_read_their_grade_first_and_staff_get_the_sandbox_details(reference_results):
     proc, results = reference_results
     out = results["output"]
-    assert out.splitlines()[0] == "Score: 100.00 / 100"
+    extra = f" ({rubric.BONUS_TOTAL:.2f} of it extra credit)" if rubric.BONUS_PARTS else ""
+    assert out.splitlines()[0] == f"Score: {FULL:.2f} / 100{extra}"
     assert [line.split()[:2] for line in out.splitlines() if line.startswith("Part ")] == \
-        [["Part", f"{i}:"] for i in range(1, len(rubric.PARTS) + 1)]
+        [["Part", f"{i}:"] for i in range(1, len(rubric.PARTS) + 1)] + [["Part", "5"]] * len(rubric.BONUS_PARTS)
     for staff_only in ("Isolation", "namespace", "rlimits", "seed", "uid"):
         assert staff_only not in out
     assert results["stdout_visibility"] == "hidden" and all(t["visibility"] == "visible" for t in results["tests"])
@@ -83,7 +88,38 @@ def test_starter_scores_0_with_feedback_per_check(tmp_path):
     for t in results["tests"]:
         assert t["status"] == "failed" and "not implemented yet" in t["output"], t
     out = results["output"].splitlines()
-    assert out[0] == "Score: 0.00 / 100" and sum(line.startswith("  First to fix: ") for line in out) == len(rubric.PARTS)
+    assert out[0] == "Score: 0.00 / 100"
+    assert sum(line.startswith("  First to fix: ") for line in out) == len(rubric.ALL_PARTS)   # the stubs: attempted
+
+
+def test_a_file_without_the_bonus_is_graded_as_before(tmp_path):
+    """Written before Part 5 existed (no PrefixCache, no cached_prefill): 100, and the bonus one
+    message, never a wall of failures or a 0."""
+    proc, results = grade(REPO / "grader" / "selftest" / "variants" / "plain_loops.py", tmp_path)
+    assert proc.returncode == 0 and results["score"] == 100, proc.stderr
+    assert results["output"].splitlines()[0] == "Score: 100.00 / 100"
+    if rubric.BONUS_PARTS:
+        assert results["output"].count("bonus not attempted") == 1 and "First to fix" not in results["output"]
+        bonus = [t for t in results["tests"] if "prefix_cache" in t["tags"]]
+        assert bonus and all(t["score"] == 0 and t["output"].startswith("bonus not attempted") for t in bonus)
+        assert list(results["extra_data"]["bonus"]) == ["prefix_cache"]
+
+
+def test_the_bonus_switched_off_grades_exactly_parts_1_to_4(tmp_path):
+    """rubric.BONUS = False (done here in the grading process, as editing rubric.py would): the
+    reference scores 100 on Parts 1-4's checks alone; no test is tagged prefix_cache."""
+    out = tmp_path / "results.json"
+    code = ("import sys; from grader import rubric; rubric.switch_bonus(False); from grader.__main__ import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(REFERENCE), "--results", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    assert results["score"] == 100 and results["max_score"] == 100
+    assert len(results["tests"]) == sum(len(checks) for _, checks in rubric._RUBRIC)
+    assert not any("prefix_cache" in t["tags"] for t in results["tests"])
+    assert results["output"].splitlines()[0] == "Score: 100.00 / 100" and "Part 5" not in results["output"]
+    assert "extra credit" not in proc.stdout and re.search(r"\nTOTAL +100\.00 / 100\n", proc.stdout + "\n")
 
 
 @pytest.mark.parametrize("part, find, replace", [
@@ -130,7 +166,7 @@ def test_results_written_straight_into_tmp(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "grader", str(REFERENCE), "--results", str(out), "--quiet"],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-        assert json.loads(out.read_text())["score"] == 100
+        assert json.loads(out.read_text())["score"] == FULL
     finally:
         out.unlink(missing_ok=True)
 
@@ -148,7 +184,7 @@ def test_the_zip_make_submit_writes_is_graded(tmp_path):
     subprocess.run([sys.executable, "tools/labtool.py", "submit", "--impl", str(REFERENCE.parent),
                     "--out", str(tmp_path / "submission.zip")], cwd=REPO, check=True, capture_output=True)
     proc, results = grade(tmp_path / "submission.zip", tmp_path)
-    assert proc.returncode == 0 and results["score"] == 100, (proc.stderr, results and results["output"])
+    assert proc.returncode == 0 and results["score"] == FULL, (proc.stderr, results and results["output"])
     assert results["extra_data"]["submission"] == "submission.zip: paged_kv.py"
 
 
@@ -157,9 +193,10 @@ def test_a_renamed_file_is_graded_and_the_report_says_so_first(tmp_path):
     folder.mkdir()
     shutil.copy(REFERENCE, folder / "paged_kv (1).py")
     proc, results = grade(folder, tmp_path)
-    assert proc.returncode == 0 and results["score"] == 100, results and results["output"]
+    assert proc.returncode == 0 and results["score"] == FULL, results and results["output"]
     first = results["output"].splitlines()[:2]
-    assert first[0] == "Score: 100.00 / 100" and first[1].startswith("Graded paged_kv (1).py as paged_kv.py")
+    assert first[0].startswith(f"Score: {FULL:.2f} / 100")
+    assert first[1].startswith("Graded paged_kv (1).py as paged_kv.py")
 
 
 def test_batch_writes_a_gradebook(tmp_path):
@@ -177,7 +214,7 @@ def test_batch_writes_a_gradebook(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
     assert set(rows) == {"alice", "bob", "carol", "dave"}
-    assert float(rows["alice"]["score"]) == 100 == float(rows["dave"]["score"])
+    assert float(rows["alice"]["score"]) == FULL == float(rows["dave"]["score"])
     assert float(rows["bob"]["score"]) == 0 == float(rows["carol"]["score"])
     assert all(float(rows["alice"][p]) == rubric.part_points(p) for p in rubric.PARTS)
     assert rows["carol"]["status"].startswith("not graded: ") and rows["bob"]["status"] == "graded"
@@ -235,7 +272,7 @@ def test_a_batch_killed_halfway_resumes_where_it_stopped(tmp_path):
     assert re.findall(r"left  (\S+) ", again.stdout) == ["c"]
     assert {n: (tmp_path / "book-results" / f"{n}.json").stat().st_mtime_ns for n in ("a", "b")} == kept
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
-    assert set(rows) == {"a", "b", "c"} and float(rows["c"]["score"]) == 100
+    assert set(rows) == {"a", "b", "c"} and float(rows["c"]["score"]) == FULL
 
     (subs / "b.py").write_text("class BlockPool:\n    pass\n\n")      # a new file: graded again, alone
     third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -261,5 +298,5 @@ def test_gradescope_archive_in_a_simulated_autograder_tree(tmp_path):
     proc = subprocess.run(["bash", str(run)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == 100 and results["extra_data"]["seed"] not in (0, None)   # the per-student seed
+    assert results["score"] == FULL and results["extra_data"]["seed"] not in (0, None)  # the per-student seed
     assert "Isolation" not in results["output"] and "Isolation: " in proc.stdout          # stdout: staff only

@@ -75,8 +75,8 @@ def test_score_fails_closed_and_shares_points_among_cases():
     assert by_id[first]["points"] == round(rubric.CHECKS[first].points * 3 / 4, 2)
     assert all(r["points"] == 0 and r["failures"] == ["did not run"] for cid, r in by_id.items() if cid != first)
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
-    assert sum(r["points"] for r in everything) == 100
-    assert part_totals(everything) == {p: (rubric.part_points(p), rubric.part_points(p)) for p in rubric.PARTS}
+    assert sum(r["points"] for r in everything) == rubric.TOTAL + rubric.BONUS_TOTAL
+    assert part_totals(everything) == {p: (rubric.part_points(p), rubric.part_points(p)) for p in rubric.ALL_PARTS}
 
 
 def test_results_json_is_gradescope_shaped(tmp_path):
@@ -143,7 +143,24 @@ def _failing(check_id, message):
                         else [(True, "")]) for cid in rubric.CHECKS})
 
 
-def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first():
+@pytest.fixture
+def bonus_off():
+    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
+    was = rubric.BONUS
+    rubric.switch_bonus(False)
+    yield
+    rubric.switch_bonus(was)
+
+
+@pytest.fixture
+def bonus_on():
+    was = rubric.BONUS
+    rubric.switch_bonus(True)
+    yield
+    rubric.switch_bonus(was)
+
+
+def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first(bonus_off):
     check = rubric.CHECKS["paged_step.prefill"]
     message = ("prefill logits equal the contiguous forward (Config 1):\n  after action 3 of 9, step(...):\n"
                "    logits[0, 2]: expected 0.5, got 0.25\n  first differing logit ...\n"
@@ -183,58 +200,72 @@ def test_not_graded_puts_the_students_message_first_and_notes_come_in_the_first_
 
 # ------------------------------------------------------------------ bonus parts are extra credit
 
-BONUS_SECTION = "Part 5 (bonus): a test-only bonus part"
+BONUS_LABEL = "Part 5 (bonus): shared prefix across requests (extra credit)"
 
 
-@pytest.fixture
-def bonus_rubric(monkeypatch):
-    """The real rubric plus a bonus part `prefix_cache` worth 6 + 4 points, as rubric.py builds one."""
-    checks = dict(rubric.CHECKS)
-    for cid, points, title in (("hits", 6, "cached prefixes are hit"), ("evict", 4, "LRU eviction from the tail")):
-        checks[f"prefix_cache.{cid}"] = rubric.Check(f"prefix_cache.{cid}", "prefix_cache", points, title, BONUS_SECTION)
-    monkeypatch.setattr(rubric, "CHECKS", checks)
-    monkeypatch.setattr(rubric, "BONUS_PARTS", ("prefix_cache",))
-    monkeypatch.setattr(rubric, "ALL_PARTS", rubric.PARTS + ("prefix_cache",))
-    monkeypatch.setattr(rubric, "BONUS_TOTAL", 10)
-    monkeypatch.setitem(rubric.SECTIONS, "prefix_cache", BONUS_SECTION)
-
-
-def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_rubric):
+def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_on):
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
     data = report.results_json(everything, report.student_output(everything), 1.0)
+    assert rubric.BONUS_PARTS == ("prefix_cache",) and rubric.BONUS_TOTAL == 10
     assert data["score"] == 110 and data["max_score"] == 100
     bonus = [t for t in data["tests"] if t["tags"] == ["prefix_cache"]]
-    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == [("5.1", 6, 6), ("5.2", 4, 4)]
+    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == \
+        [(f"5.{i}", c.points, c.points) for i, c in enumerate(
+            (c for c in rubric.CHECKS.values() if c.part == "prefix_cache"), 1)]
+    assert sum(t["max_score"] for t in bonus) == 10
     assert all("extra credit" in t["name"] for t in bonus)
     assert not any("extra credit" in t["name"] for t in data["tests"] if t not in bonus)
     assert data["output"].splitlines()[0] == "Score: 110.00 / 100 (10.00 of it extra credit)"
-    assert f"{BONUS_SECTION} (extra credit)" in data["output"]
+    assert BONUS_LABEL in data["output"]
     assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
     assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
     assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "prefix_cache", "status"]
 
 
-def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_rubric):
+def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on):
     from grader import batch
-    rows = _failing("prefix_cache.evict", "evicted block 3, expected block 7")
+    check = rubric.CHECKS["prefix_cache.eviction"]
+    rows = _failing(check.id, "evicted block 3, expected block 7")
     data = report.results_json(rows, report.student_output(rows), 1.0)
-    assert data["score"] == 100 + 6 + 1                        # 1 of the 4 eviction cases passed
-    assert batch.row_of("s", data) == {"submission": "s", "score": 107, "allocator": 25, "paged_step": 30,
-                                       "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 7,
+    lost = check.points * 3 / 4                               # 1 of the 4 cases passed
+    assert data["score"] == 110 - lost
+    assert batch.row_of("s", data) == {"submission": "s", "score": 110 - lost, "allocator": 25, "paged_step": 30,
+                                       "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 10 - lost,
                                        "status": "graded"}
-    assert "First to fix: LRU eviction from the tail (1 of 4 cases passed)" in data["output"]
+    assert f"First to fix: {check.title} (1 of 4 cases passed)" in data["output"]
     from grader import classview
     text = "\n".join(classview.summary({"s": data}))
-    assert "prefix_cache (10 points, extra credit)" in text and "prefix_cache.evict" in text
+    assert "prefix_cache (10 points, extra credit)" in text and "prefix_cache.eviction" in text
 
 
-def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4():
-    assert rubric.ALL_PARTS == rubric.PARTS + rubric.BONUS_PARTS
-    if rubric.BONUS_PARTS:
-        pytest.skip("this rubric has bonus parts")
+def test_a_bonus_not_attempted_is_one_message_and_costs_nothing_else(bonus_on):
+    from grader.grade import bonus_left_out
+    left = bonus_left_out(["PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert",
+                           "PrefixCache.evict"])
+    assert list(left) == ["prefix_cache"] and left["prefix_cache"].startswith("bonus not attempted")
+    rows = score({cid: [(True, "")] for cid in rubric.CHECKS if not cid.startswith("prefix_cache.")}, left_out=left)
+    data = report.results_json(rows, report.student_output(rows), 1.0)
+    assert data["score"] == 100 and data["output"].splitlines()[0] == "Score: 100.00 / 100"
+    assert data["output"].count("bonus not attempted") == 1 and "First to fix" not in data["output"]
+    assert all(t["output"] == left["prefix_cache"] for t in data["tests"] if t["tags"] == ["prefix_cache"])
+    assert report.table(rows, "h").count("bonus not attempted") == 1
+    half = bonus_left_out(["cached_prefill"])
+    assert half["prefix_cache"].startswith("bonus not graded") and "cached_prefill" in half["prefix_cache"]
+    assert bonus_left_out([]) == {} and bonus_left_out(["BlockPool.alloc"]) == {}
+
+
+def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4(bonus_off):
+    from grader.grade import bonus_left_out
+    assert rubric.ALL_PARTS == rubric.PARTS and rubric.BONUS_PARTS == () and rubric.BONUS_TOTAL == 0
+    assert [c.part for c in rubric.CHECKS.values()] == [p for p, checks in rubric._RUBRIC for _ in checks]
+    assert rubric.SWITCHED_OFF == {f"prefix_cache.{cid}" for cid, _, _ in rubric._BONUS_RUBRIC[0][1]}
     rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
+    data = report.results_json(rows, report.student_output(rows), 1.0)
+    assert data["score"] == 100 and len(data["tests"]) == 28
     assert "extra credit" not in report.student_output(rows) + report.table(rows, "h")
+    assert "Part 5" not in report.student_output(rows) and "prefix_cache" not in report.table(rows, "h")
     assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "status"]
+    assert bonus_left_out(["PrefixCache", "cached_prefill"]) == {}
 
 
 # ------------------------------------------------------------------ the class summary
@@ -303,3 +334,71 @@ def test_a_progress_line_estimates_the_time_left_from_the_average_so_far():
     assert line.startswith("[ 3/12] 1:30 elapsed, about 4:30 left  alice ")     # 9 more at 30 s each
     assert line.endswith("  87.50  (31.0 s)")
     assert "error" in progress(1, 1, 5.0, "bob", None, 5.0)
+
+
+# ------------------------------------------------------------------ Part 5's judge (rules.part5_view)
+
+def _prefix_case():
+    from grader.hidden.inputs import Case
+    A = list(range(3, 16))
+    actions = [["request", A], ["request", A[:8] + [1, 2, 3]], ["release", 0], ["lookup", A], ["evict", 1],
+               ["overwrite", 0, 1, 5], ["request", A[:8] + [4]]]
+    return Case("unit", "prefix_script", {"cfg": None, "param_seed": 0, "n_blocks": 12, "block_size": 4,
+                                          "actions": actions, "twin": True})
+
+
+def _module(text, tag):
+    import importlib.util
+    import tempfile
+    folder = tempfile.mkdtemp()
+    with open(f"{folder}/paged_kv.py", "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"pk_unit_{tag}", f"{folder}/paged_kv.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
+    """Another allocation order (a Part 1 bug) gives other ids but the same Part 5 view; the judge
+    passes it."""
+    import paged_kv as reference
+    import rules
+    import scenarios
+    from grader.hidden.judges import PART5_FIELDS, prefix_judge
+    from grader.selftest import mutants
+    case = _prefix_case()
+    expected = scenarios.prefix_script(reference, **case.inputs)
+    other = _module(mutants.apply(mutants.BY_NAME["alloc_highest_first"]), "highest")
+    got = scenarios.prefix_script(other, **case.inputs)
+    assert expected["records"][0]["tables"] != got["records"][0]["tables"]
+    assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
+    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "rows": 3}
+    for field in PART5_FIELDS:
+        assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got) is None
+
+
+def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submission():
+    import copy
+    import paged_kv as reference
+    import scenarios
+    from grader.hidden.judges import PART5_FIELDS, prefix_judge
+    from grader.selftest import mutants
+    case = _prefix_case()
+    expected = scenarios.prefix_script(reference, **case.inputs)
+    judge = prefix_judge(PART5_FIELDS["logits"], twin=True)
+    fake = copy.deepcopy(expected)            # the last request's logits as if it had recomputed its prefix
+    fake["records"][6]["result"]["logits"] = scenarios.prefix_script(
+        reference, **{**case.inputs, "actions": case.inputs["actions"][:1] + [["request", list(range(3, 11)) + [4]]]}
+    )["records"][1]["result"]["logits"]
+    assert "differ from your own prefill" in judge(case, expected, fake)
+    wrong = _module(mutants.apply(mutants.BY_NAME["hits_not_in_table"]), "hits_not_in_table")
+    assert "differ from your own prefill" in judge(case, expected, scenarios.prefix_script(wrong, **case.inputs))
+    leak = copy.deepcopy(expected)
+    leak["records"][3]["result"] = ["tokens 3 4 5"]
+    leak["records"][4]["result"] = "not an integer: Tokens_3_4_5"
+    for field in ("keys", "eviction"):
+        said = prefix_judge(PART5_FIELDS[field])(case, expected, leak)
+        assert said and "3 4 5" not in said and "Tokens" not in said, said
+    leak["records"][0]["tables"][0] = ["x"]
+    assert "wrong form" in prefix_judge(PART5_FIELDS["hits"])(case, expected, leak)

@@ -290,8 +290,11 @@ def test_the_gate_stops_a_real_old_python(tmp_path, minor):
 
 def grading_table(text=None, header="| Part | Check | Points |"):
     """The rows of a grading table (assignment.md's by default; the Chinese edition's with its own
-    text and header): (part, check title, points), and apart the totals, whose titles are bold."""
-    lines = (ROOT / "assignment.md").read_text().splitlines() if text is None else text.splitlines()
+    text; the bonus table with its `header`): (part, check title, points), and apart the totals,
+    whose titles are bold. None when there is no such table."""
+    lines = (text if text is not None else (ROOT / "assignment.md").read_text()).splitlines()
+    if header not in lines:
+        return None
     start = lines.index(header)
     checks, totals = [], []
     for line in lines[start + 2:]:
@@ -306,10 +309,50 @@ def grading_table(text=None, header="| Part | Check | Points |"):
     return checks, totals
 
 
+BONUS_TABLE = "| Bonus part | Check | Extra points |"
+
+
 def test_grading_table_equals_the_rubric():
     checks, totals = grading_table()
-    assert checks == [(c.part, c.title, c.points) for c in rubric.CHECKS.values()]
+    assert checks == [(c.part, c.title, c.points) for c in rubric.CHECKS.values() if c.part in rubric.PARTS]
     assert totals == [(p, rubric.part_points(p)) for p in rubric.PARTS] + [("", 100)]
+
+
+def test_the_bonus_table_equals_the_bonus_rubric():
+    """The extra-credit table lists every bonus check, whether or not the course switched it on."""
+    checks, totals = grading_table(header=BONUS_TABLE)
+    bonus = [c for c in rubric._checks(True).values() if c.part not in rubric.PARTS]
+    assert checks == [(c.part, c.title, c.points) for c in bonus]
+    assert totals == [("prefix_cache", sum(c.points for c in bonus))] == [("prefix_cache", 10)]
+
+
+def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path):
+    """rubric.BONUS = False: the handout has no Part 5 text, stubs or tests (the grader side is
+    checked in test_grader_end_to_end.py); on, it has all three."""
+    off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
+    on = unpack(build_handout.build(tmp_path / "on.zip", bonus=True), tmp_path / "on")
+    text, starter = (off / "assignment.md").read_text(), (off / "starter" / "paged_kv.py").read_text()
+    for word in ("Part 5", "bonus", "Bonus", "prefix_cache", "PrefixCache", "cached_prefill", "extra credit", "<!--"):
+        assert word not in text, word
+    for word in ("Part 5", "PrefixCache", "cached_prefill", "bonus"):
+        assert word not in starter, word
+    compile(starter, "paged_kv.py", "exec")
+    checks, totals = grading_table(text)
+    assert checks == [(c.part, c.title, c.points) for c in rubric._checks(False).values()]
+    assert totals == [(p, rubric.part_points(p)) for p in rubric.PARTS] + [("", 100)]
+    assert grading_table(text, BONUS_TABLE) is None
+    assert not (off / "tests" / "test_prefix_cache.py").exists() and (on / "tests" / "test_prefix_cache.py").exists()
+    assert sorted(p.relative_to(off) for p in off.rglob("*")) == \
+        sorted(p.relative_to(on) for p in on.rglob("*") if p.name != "test_prefix_cache.py")
+    assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
+    assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
+    assert (on / "assignment.md").read_text() == (ROOT / "assignment.md").read_text()
+
+
+def unpack(zip_path, folder):
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(folder)
+    return folder / build_handout.TOP
 
 
 def test_assignment_has_the_sections_the_feedback_points_to():

@@ -58,7 +58,9 @@ def _failed_counts(graded):
     for results in graded:
         for test in results["tests"]:
             check_id = by_name.get(test["name"])
-            if check_id and float(test["score"]) < float(test["max_score"]):
+            skipped = (results.get("extra_data") or {}).get("bonus") or {}
+            if check_id and float(test["score"]) < float(test["max_score"]) \
+                    and rubric.CHECKS[check_id].part not in skipped:      # a bonus not attempted fails nothing
                 counts[check_id] += 1
     return counts
 

@@ -57,17 +57,23 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start):
     from grader.sandbox import Sandbox
     file = found.path
     hide = [os.path.dirname(os.path.abspath(results_path))] if results_path else []
+    from grader.sandbox import BONUS_NAMES, REQUIRED_NAMES
+    bonus_names = [n for part in rubric.BONUS_PARTS for n in BONUS_NAMES.get(part, ())]
     probe = Sandbox(file, isolate=isolate, job=job * 2, hide=hide)
     try:
         protections = [_stable(p) for p in probe.protections()]
-        imported = probe.check_import()
+        imported = probe.check_import(REQUIRED_NAMES + tuple(bonus_names))
     finally:
         probe.close()
     staff = {"submission": found.shown, "sha256": bytes_hash(file.read_bytes()), "seed": seed,
              "grader": grader_hash(), "isolation": protections}
     header = (f"Graded {found.shown} (seed {seed}, sha256 {staff['sha256'][:12]}, grader {staff['grader'][:12]}). "
               f"Isolation: {'; '.join(protections)}.")
-    missing = imported.data.get("missing") if imported.status == "ok" and isinstance(imported.data, dict) else None
+    found_missing = imported.data.get("missing") if imported.status == "ok" and isinstance(imported.data, dict) else None
+    missing = [m for m in found_missing or [] if m not in bonus_names]
+    left_out = bonus_left_out(found_missing or [])
+    if left_out:
+        staff["bonus"] = left_out
     if imported.status != "ok" or missing:
         problem = f"it does not define {', '.join(missing)}" if missing else imported.error or imported.status
         why = f"paged_kv.py cannot be graded: {problem}. Fix this first (start from the starter, which " \
@@ -78,7 +84,8 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start):
     args = [str(paths.HIDDEN), "-c", str(paths.HIDDEN / "pytest.ini"), "--rootdir", str(paths.HIDDEN),
             "-q", "--no-header", "--tb=no", "-p", "pytest_timeout",
             "--submission", str(file), "--seed", str(seed), "--job", str(job),
-            "--isolate", {None: "auto", True: "yes", False: "no"}[isolate], *(f"--hide={h}" for h in hide)]
+            "--isolate", {None: "auto", True: "yes", False: "no"}[isolate], *(f"--hide={h}" for h in hide),
+            *(f"--leave-out={part}" for part in left_out)]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     import pytest
     with contextlib.redirect_stdout(io.StringIO()) as pytest_output:   # the table below says it better
@@ -86,11 +93,29 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start):
     if collector.errors or code not in (0, 1) or not collector.checks:
         raise GraderBroken(f"the hidden suites did not run (pytest exit {code}): " + " | ".join(collector.errors)
                            + pytest_output.getvalue()[-3000:])
-    missing = set(rubric.CHECKS) - set(collector.checks.values())
+    missing = {c for c in rubric.CHECKS if rubric.CHECKS[c].part not in left_out} - set(collector.checks.values())
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")
-    return _finish(results_path, score(collector.by_check()), start, quiet, notes=found.notes,
+    return _finish(results_path, score(collector.by_check(), left_out=left_out), start, quiet, notes=found.notes,
                    header=header, staff=staff)
+
+
+def bonus_left_out(missing):
+    """{bonus part: why it is not graded} for the bonus parts whose names the submission lacks: none
+    of its top-level names (written before the bonus existed, or without it) is "bonus not
+    attempted", some of them missing says which. Never a reason not to grade Parts 1-4."""
+    from grader.sandbox import BONUS_NAMES, BONUS_TOP
+    out = {}
+    for part in rubric.BONUS_PARTS:
+        names = BONUS_NAMES.get(part, ())
+        lacking = [n for n in names if n in missing]
+        if set(names[:BONUS_TOP[part]]) <= set(lacking):
+            out[part] = (f"bonus not attempted: paged_kv.py defines no {' and no '.join(names[:BONUS_TOP[part]])} "
+                         "(extra credit only: the other parts are graded as usual)")
+        elif lacking:
+            out[part] = (f"bonus not graded: paged_kv.py does not define {', '.join(lacking)} (keep every name of "
+                         "the starter's Part 5)")
+    return out
 
 
 def _stable(protection):

@@ -60,11 +60,20 @@ def score_line(rows):
     return f"Score: {got:.2f} / {rubric.TOTAL}{extra}"
 
 
+def not_graded(rows, part):
+    """The one reason a part was not graded at all (a bonus not attempted), else None."""
+    mine = [r for r in rows if r["check"].part == part]
+    reasons = {tuple(r["failures"]) for r in mine}
+    return mine[0]["failures"][0] if mine and all(not r["cases"] for r in mine) and len(reasons) == 1 else None
+
+
 def first_to_fix(rows, part):
     """Lines naming the part's first failing check and the start of its first difference."""
     failing = [r for r in rows if r["check"].part == part and r["points"] < r["check"].points]
     if not failing:
         return []
+    if part in rubric.BONUS_PARTS and not_graded(rows, part):
+        return [f"  {not_graded(rows, part)}"]
     row = failing[0]
     cases = f" ({row['passed']} of {row['cases']} cases passed)" if row["cases"] else ""
     said = [line.rstrip() for line in (row["failures"] or [""])[0].splitlines()
@@ -79,9 +88,10 @@ def student_output(rows, notes=(), problem=None):
     head = [f"Not graded: {problem}", score_line(rows)] if problem else [score_line(rows)]
     lines = [*head, *notes, ""]
     totals = part_totals(rows)
+    width = max([44] + [len(part_label(p)) + 1 for p in rubric.ALL_PARTS])
     for part in rubric.ALL_PARTS:
         got, out_of = totals[part]
-        lines.append(f"{part_label(part):<44} {got:>6.2f} / {out_of}")
+        lines.append(f"{part_label(part):<{width}} {got:>6.2f} / {out_of}")
         if not problem:
             lines += first_to_fix(rows, part)
     if not problem:
@@ -138,11 +148,14 @@ def table(rows, header):
         got, out_of = totals[part]
         name = part + (" (extra credit)" if part in rubric.BONUS_PARTS else "")
         lines.append(f"{name:<28} {got:>6.2f} / {out_of}")
+        skipped = not_graded(rows, part) if part in rubric.BONUS_PARTS else None
+        if skipped:
+            lines.append(f"  {skipped}")
         for row in (r for r in rows if r["check"].part == part):
             check = row["check"]
             mark = "ok " if row["points"] == check.points else "FAIL"
             lines.append(f"  {mark} {row['points']:>5.2f}/{check.points:<2} {check.title}")
-            if row["points"] != check.points:
+            if row["points"] != check.points and not skipped:
                 said = [line for line in feedback(row).splitlines() if line.strip()]
                 lines += [f"         {line}" for line in said[:4]]
     bonus = f" (+ up to {rubric.BONUS_TOTAL} extra credit)" if rubric.BONUS_PARTS else ""

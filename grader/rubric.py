@@ -15,6 +15,7 @@ SECTIONS = {
     "paged_step": "Part 2: paged KV and the paged step",
     "blockwise_attention": "Part 3: blockwise attention",
     "copy_on_write": "Part 4: sharing and copy-on-write",
+    "prefix_cache": "Part 5 (bonus): shared prefix across requests",
 }
 
 _RUBRIC = [
@@ -57,16 +58,44 @@ _RUBRIC = [
     ]),
 ]
 
-# Extra credit above TOTAL, graded like the rest; empty until a bonus part has hidden checks.
-_BONUS_RUBRIC = []
+# Extra credit above TOTAL, graded like the rest (BONUS switches it on and off).
+_BONUS_RUBRIC = [
+    ("prefix_cache", [
+        ("hits", 2, "cached_prefill: the blocks it hits (named by what they were made for), rows computed, "
+                    "n_hit_tokens, the lookup cap"),
+        ("keys", 2, "lookup and insert: whole-prefix keys (a block after another prefix misses), insert's count, "
+                    "the blocks cached"),
+        ("logits", 2, "cached prefill logits equal your own prefill without the cache, also after the test "
+                      "overwrote a hit block"),
+        ("eviction", 2, "evict: which blocks stay cached (least recently used first, tail first, no cascade, held "
+                        "blocks kept) and its count"),
+        ("exhaustion", 1, "a full pool: cached_prefill evicts exactly the shortfall, never a hit; else MemoryError, "
+                          "nothing changed"),
+        ("errors", 1, "bad calls of cached_prefill, insert and evict: ValueError, nothing changed"),
+    ]),
+]
 
-BONUS_PARTS = tuple(part for part, _ in _BONUS_RUBRIC) if BONUS else ()
-ALL_PARTS = PARTS + BONUS_PARTS
-CHECKS = {f"{part}.{cid}": Check(f"{part}.{cid}", part, pts, title, SECTIONS[part])
-          for part, checks in _RUBRIC + (_BONUS_RUBRIC if BONUS else []) for cid, pts, title in checks}
-TOTAL = sum(c.points for c in CHECKS.values() if c.part in PARTS)
-BONUS_TOTAL = sum(c.points for c in CHECKS.values() if c.part in BONUS_PARTS)
-assert TOTAL == 100, TOTAL
+
+def _checks(bonus):
+    return {f"{part}.{cid}": Check(f"{part}.{cid}", part, pts, title, SECTIONS[part])
+            for part, checks in _RUBRIC + (_BONUS_RUBRIC if bonus else []) for cid, pts, title in checks}
+
+
+def switch_bonus(on):
+    """Set BONUS and everything derived from it (the module's names below). The course's switch is
+    the line `BONUS = ...` above; this is for tests that grade both ways in one checkout."""
+    global BONUS, BONUS_PARTS, ALL_PARTS, CHECKS, TOTAL, BONUS_TOTAL, SWITCHED_OFF
+    BONUS = bool(on)
+    BONUS_PARTS = tuple(part for part, _ in _BONUS_RUBRIC) if BONUS else ()
+    ALL_PARTS = PARTS + BONUS_PARTS
+    CHECKS = _checks(BONUS)
+    SWITCHED_OFF = frozenset(_checks(True)) - frozenset(CHECKS)     # check ids of bonus parts switched off
+    TOTAL = sum(c.points for c in CHECKS.values() if c.part in PARTS)
+    BONUS_TOTAL = sum(c.points for c in CHECKS.values() if c.part in BONUS_PARTS)
+    assert TOTAL == 100, TOTAL
+
+
+switch_bonus(BONUS)
 
 
 def part_points(part):

@@ -58,6 +58,10 @@ REQUIRED_NAMES = (        # what check_import looks for (CONTRACT.md)
     "BlockPool.copy_block", "PagedSequence", "PagedSequence.reserve", "PagedSequence.write",
     "PagedSequence.read", "PagedSequence.free", "PagedSequence.fork", "paged_step",
     "blockwise_attention", "beam_search", "parallel_sample")
+BONUS_NAMES = {           # per bonus part (rubric.BONUS_PARTS): its names, the first ones its top-level names
+    "prefix_cache": ("PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert", "PrefixCache.evict"),
+}
+BONUS_TOP = {"prefix_cache": 2}
 STATUSES = ("ok", "raised", "timeout", "crashed", "bad_reply", "import_error")
 
 UID_BASE, UID_SLOTS = runtime.UID_BASE, runtime.UID_SLOTS

@@ -76,5 +76,49 @@ def describe_action(op):
     return f"pool.{name}({', '.join(str(a) for a in args)})"
 
 
+def describe_prefix_actions(ops):
+    """Part 5's script actions as the calls they stand for, with lengths but never token ids; each
+    request or test sequence named by its number ("seq 3")."""
+    out, n_seqs = [], 0
+    for name, *args in ops:
+        if name == "request":
+            text = f"seq {n_seqs} = PagedSequence(pool); cached_prefill of a {len(args[0])}-token prompt"
+            n_seqs += 1
+        elif name == "seq":
+            text = f"seq {n_seqs}: the test takes the blocks of {len(args[0])} tokens (pool.alloc) and stores their K/V"
+            n_seqs += 1
+        elif name == "insert":
+            text = f"cache.insert(seq {args[0]}'s tokens, seq {args[0]}'s table)" if len(args) == 1 else \
+                f"cache.insert({args[1]} tokens of seq {args[0]}, a table the test made: {_spec(args[2])})"
+        elif name == "lookup":
+            text = f"cache.lookup of {len(args[0])} tokens"
+        elif name == "evict":
+            text = f"cache.evict({args[0]})"
+        elif name == "release":
+            text = f"the test gives back seq {args[0]}'s blocks (pool.decref each) and empties it"
+        elif name == "overwrite":
+            text = f"the test overwrites the K/V of the block that was seq {args[0]}'s block {args[1]}"
+        elif name == "hold":
+            text = f"the test takes {args[0]} block{'s' * (args[0] != 1)} (pool.alloc)"
+        elif name == "hold_until":
+            text = f"the test takes blocks until n_free is {args[0]}"
+        elif name == "unhold":
+            text = "the test gives back the blocks it took"
+        elif name == "bad_prefill":
+            what = {"filled": "a sequence of length 1", "reserved": "a sequence with a block and length 0",
+                    "other_pool": "a sequence on another pool"}.get(args[0], args[0])
+            text = f"cached_prefill on {what} ({len(args[1])} tokens)"
+        else:
+            text = describe_action([name, *args])
+        out.append(text)
+    return out
+
+
+def _spec(entries):
+    words = {"freed": "a free block", "past": "id n_blocks", "neg": "id -1"}
+    return "[" + ", ".join(f"seq {e[0]}'s block {e[1]}" if isinstance(e, list) else words.get(e, f"its block {e}")
+                           for e in entries) + "]"
+
+
 def mismatch(what, expected, got):
     return f"{what}: expected {expected}, got {got}"

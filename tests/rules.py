@@ -17,6 +17,8 @@ Every function takes plain data and returns a sentence (what is wrong, where) or
 """
 import math
 
+import numpy as np
+
 from explain import describe_action, draw_tables, first_difference
 
 TOL_LOGITS = 1e-10
@@ -280,3 +282,111 @@ def sampling_violation(steps, prompt_len, n, block_size):
             return (f"the prompt's last block (partly filled: {prompt_len} % {block_size} = {prompt_len % block_size}) was "
                     f"copied {copies} times at the first step; {n} samples sharing it need {n - 1} copies")
     return None
+
+
+# ------------------------------------------------------------------------------------ Part 5 (bonus)
+def part5_view(result, block_size):
+    """The Part 5 observables of a prefix_script result, one record per action: the error's kind; the
+    result with every block named by what it was made for ("3.1" = logical block 1 of sequence 3, the
+    request or test sequence whose table it entered new), so which ids the allocator picks (Part 1)
+    and where a step put its blocks (Part 2) change nothing; the names of the blocks the cache holds
+    (a block's refcount minus the tables and the test holding it: the cache's own reference);
+    n_cached, n_hit_tokens; and for an action that raised, whether it changed anything.
+    A request's result: the names of the blocks its lookup returned and how many rows of logits it
+    computed. Raises ValueError when the records do not have the scenario's form."""
+    names, view, before = {}, [], None
+    for n, rec in enumerate(result["records"]):
+        op, error = rec["op"], rec["error"]
+        tables, held = rec["tables"], rec["held"]
+        if error is None:
+            _name_new_blocks(names, op, rec, before, block_size)
+        for b in held:
+            names.setdefault(b, "held")
+        row = {"error": error_kind(error), "result": _named_result(op, rec["result"], names, error),
+               "n_cached": rec["n_cached"], "n_hit_tokens": rec["n_hit_tokens"]}
+        refs = cache_references(tables, held, rec["refcounts"])
+        row["cached"] = sorted(names.get(b, f"id {b}") for b, r in enumerate(refs) if r == 1)
+        row["bad_references"] = [[b, r] for b, r in enumerate(refs) if r not in (0, 1)]
+        if error is not None and before is not None:
+            old = before["tables"] + [[]] * (len(tables) - len(before["tables"]))
+            row["unchanged"] = (old == tables and before["refcounts"] == rec["refcounts"]
+                                and before["n_cached"] == rec["n_cached"]
+                                and before["n_hit_tokens"] == rec["n_hit_tokens"])
+        view.append(row)
+        before = rec
+    return view
+
+
+def cache_references(tables, held, refcounts):
+    """Per block: its refcount minus its holders (the tables and the test): the references the cache
+    holds, which the contract says are 1 for a cached block and 0 for any other."""
+    holders = [0] * len(refcounts)
+    for b in [b for t in tables for b in t] + list(held):
+        if not (isinstance(b, int) and 0 <= b < len(refcounts)):
+            raise ValueError(f"block id {b} outside the pool")
+        holders[b] += 1
+    rc = free_as_zero(refcounts)
+    if any(not isinstance(r, int) for r in rc):
+        raise ValueError("a refcount that is not an integer")
+    return [r - h for r, h in zip(rc, holders)]
+
+
+def request_hits(op, result, block_size):
+    """How many blocks a request took from the cache, from the logits rows it returned: None when the
+    rows are not the prompt's length minus whole blocks."""
+    if not isinstance(result, dict) or type(result.get("rows")) is not int:
+        return None
+    done = len(op[1]) - result["rows"]
+    return done // block_size if done % block_size == 0 and 0 <= done <= len(op[1]) else None
+
+
+def _name_new_blocks(names, op, rec, before, block_size):
+    """Blocks that entered a table new in this action get the name of their place in it."""
+    s = len(rec["tables"]) - 1
+    if op[0] == "seq":
+        new = list(enumerate(rec["tables"][s]))
+    elif op[0] == "request":
+        h = request_hits(op, rec["result"], block_size) or 0
+        new = list(enumerate(rec["tables"][s]))[h:]
+    else:
+        new = []
+    for i, b in new:
+        names[b] = f"{s}.{i}"
+    if before is not None:
+        for b in set(rec["held"]) - set(before["held"]):
+            names[b] = "held"
+
+
+def _named_result(op, result, names, error):
+    if error is not None:
+        return None
+    if op[0] == "request":
+        if not isinstance(result, dict) or not isinstance(result.get("hits"), list):
+            raise ValueError("a request's result has the wrong form")
+        return {"hits": [names.get(b, f"id {b}") for b in result["hits"]], "rows": result["rows"]}
+    if op[0] == "bad_prefill":
+        return None
+    if op[0] == "lookup":
+        if not isinstance(result, list):
+            raise ValueError("a lookup's result has the wrong form")
+        return [names.get(b, f"id {b}") if type(b) is int else "not an integer" for b in result]
+    if op[0] in ("evict", "insert"):
+        return result if type(result) is int else "not an integer"
+    return None
+
+
+def twin_difference(result, n):
+    """Action n's request logits vs its twin's (the same prompt without the cache, by the same
+    implementation): a sentence, or None when they agree."""
+    rec, twin = result["records"][n], result["twins"][n]
+    if twin is None:
+        return "its rows of logits are not the prompt's length minus whole blocks, so nothing can be compared"
+    if twin["error"] is not None:
+        kind = twin["error"].get("kind") if isinstance(twin["error"], dict) else None
+        kind = kind if kind in ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError",
+                                "AttributeError", "NotImplementedError") else "an exception"
+        return f"without the cache, your paged_step raised {kind} on the same prompt (fix Part 2 first)"
+    got = rec["result"].get("logits") if isinstance(rec["result"], dict) else None
+    if not isinstance(twin["result"], np.ndarray) or not isinstance(got, np.ndarray):
+        return "the logits have the wrong form (float arrays expected)"
+    return first_difference(twin["result"], got, TOL_LOGITS)

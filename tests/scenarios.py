@@ -464,10 +464,175 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
             "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
 
 
+# ------------------------------------------------------------------------ Part 5 (bonus) scenario
+def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions=(), twin=True):
+    """Part 5's scripts: requests prefilled through one PrefixCache, sequences the test builds itself,
+    and the cache's own calls. Returns {"records": one per action, "twins": per action, a request's
+    logits computed again by the same implementation without the cache, or None}.
+
+    Sequences are numbered in the order they appear, requests and the test's own alike:
+    ["request", tokens] (a new PagedSequence, then cache.lookup(tokens) and cached_prefill: result
+    {"hits": the lookup's ids, "rows": how many logits rows, "logits"}), ["seq", tokens, seed] (the
+    test takes ceil(len / B) blocks with pool.alloc and stores random K/V in them itself: no
+    paged_step), ["insert", s] (cache.insert(s's tokens, s's table)), ["insert", s, n, table] (n
+    tokens of s; table: entries k = s's k-th block, "freed" = a block the test took and gave back,
+    "past" = n_blocks, "neg" = -1), ["lookup", tokens], ["evict", n], ["release", s] (the test
+    decrefs every block of s's table and empties it, with pool.decref only: no free()), ["overwrite",
+    s, i, seed] (the test overwrites every slot of the block that was s's logical block i when s was
+    made, in every layer: a request that hits it must read that), ["hold", n] (the test takes n
+    blocks), ["hold_until", k] (the test takes blocks until the pool says n_free == k), ["unhold"]
+    (gives them all back), ["bad_prefill", kind, tokens] (cached_prefill on a sequence it must
+    refuse: "filled" holds the test's last block with length 1, "reserved" the same with length 0,
+    "other_pool" is on another pool).
+    After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
+    and n_hit_tokens.
+
+    The twin of a request that returned h * B fewer rows than tokens: a fresh pool of its own, one
+    paged_step on the first h * B tokens, then the same overwrites the request's hits carry,
+    then one paged_step on the rest: its logits, which the cached prefill's must equal.
+    """
+    cfg = config(cfg)
+    prm = params(cfg, param_seed)
+    B = block_size
+    pool = pk.BlockPool(cfg, n_blocks, block_size)
+    cache = pk.PrefixCache(pool)
+    seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
+
+    def table(s):
+        return list(s["obj"].blocks) if "obj" in s else s["blocks"]
+
+    def handed_out(blocks):
+        for b in blocks:
+            poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
+
+    def request(tokens):
+        seq = pk.PagedSequence(pool)
+        seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
+        found, _ = attempt(cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
+        hits = [as_int(b) for b in found] if isinstance(found, list) else []
+        logits = as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+        made = [as_int(b) for b in seq.blocks]
+        seqs[-1]["made"] = made
+        done = len(tokens) - len(logits)
+        h = done // B if done % B == 0 and 0 <= done <= len(tokens) else None
+        twins.append(_twin(pk, cfg, prm, pool_args, tokens, h, [poked.get(b) for b in hits[:h or 0]])
+                     if twin and h is not None else None)
+        handed_out(made[h or 0:])
+        return {"hits": hits, "rows": len(logits), "logits": logits}
+
+    def own(tokens, seed):
+        blocks = []
+        try:
+            for _ in range(-(-len(tokens) // B)):
+                blocks.append(pool.alloc())
+        except MemoryError:
+            for b in blocks:
+                pool.decref(b)
+            raise
+        handed_out(blocks)
+        put_kv(pool, blocks, 0, len(tokens), seed)
+        seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
+
+    def insert(s, n=None, spec=None):
+        tokens = seqs[s]["tokens"][:n] if n is not None else seqs[s]["tokens"]
+        blocks = table(seqs[s]) if spec is None else [_spec_block(pool, seqs, table(seqs[s]), e) for e in spec]
+        return as_int(cache.insert(tokens, blocks))
+
+    def release(s):
+        blocks = table(seqs[s])
+        for b in blocks:
+            pool.decref(b)
+        if "obj" in seqs[s]:
+            seqs[s]["obj"].blocks, seqs[s]["obj"].length = [], 0
+        else:
+            seqs[s]["blocks"] = []
+
+    def overwrite(s, i, seed):
+        b = seqs[s]["made"][i]
+        put_kv(pool, [b], 0, B, seed)
+        poked[b] = seed
+
+    def hold(n):
+        for _ in range(n):
+            held.append(pool.alloc())
+        handed_out(held)
+
+    def hold_until(k):
+        for _ in range(n_blocks):           # bounded: a pool whose n_free never falls cannot hang the test
+            if not as_int(pool.n_free) > k:
+                break
+            held.append(pool.alloc())
+        handed_out(held)
+
+    def unhold():
+        while held:
+            pool.decref(held.pop())
+
+    def bad_prefill(kind, tokens):
+        seq = pk.PagedSequence(pk.BlockPool(cfg, 4, B) if kind == "other_pool" else pool)
+        if kind in ("filled", "reserved"):         # the sequence holds the test's last block too
+            pool.incref(held[-1])
+            seq.blocks, seq.length = [held[-1]], 1 if kind == "filled" else 0
+        try:
+            return as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+        finally:
+            if kind in ("filled", "reserved"):
+                pool.decref(held[-1])
+
+    pool_args = (n_blocks, B)
+    calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
+             "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
+             "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
+    records = []
+    for op, *args in actions:
+        before = len(twins)
+        result, error = attempt(calls[op], *args)
+        if len(twins) == before:
+            twins.append(None)
+        if op == "request" and error is not None:
+            seqs[-1]["made"] = []
+        records.append({"op": [op, *args], "result": result, "error": error,
+                        "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
+                        "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
+                        "n_cached": observe(lambda: cache.n_cached),
+                        "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
+    return {"records": records, "twins": twins}
+
+
+def _spec_block(pool, seqs, table, entry):
+    """A block id for an insert whose table the test makes (see prefix_script)."""
+    if entry == "freed":
+        b = pool.alloc()
+        pool.decref(b)
+        return b
+    if isinstance(entry, list):             # [s, k]: seq s's k-th block when it was made
+        return seqs[entry[0]]["made"][entry[1]]
+    return {"past": pool.n_blocks, "neg": -1}.get(entry, table[entry] if isinstance(entry, int) else entry)
+
+
+def _twin(pk, cfg, prm, pool_args, tokens, h, pokes):
+    """The same prompt without the cache, on a pool of its own: h blocks' worth of tokens first, the
+    test's overwrites of the hit blocks, then the rest (what the cached prefill computed)."""
+    n_blocks, B = pool_args
+    pool = pk.BlockPool(cfg, n_blocks + len(tokens) // B + 2, B)
+    seq = pk.PagedSequence(pool)
+
+    def run():
+        if h:
+            pk.paged_step(prm, cfg, [seq], [list(tokens[:h * B])])
+        for i, seed in enumerate(pokes):
+            if seed is not None:
+                put_kv(pool, [as_int(b) for b in seq.blocks], i * B, B, seed)
+        (out,) = pk.paged_step(prm, cfg, [seq], [list(tokens[h * B:])])
+        return as_array(out)
+    result, error = attempt(run)
+    return {"result": result, "error": error}
+
+
 def batch(pk, calls=()):
     """Several scenarios in one worker: [[name, inputs], ...] -> their results in order."""
     return [SCENARIOS[name](pk, **inputs) for name, inputs in calls]
 
 
 SCENARIOS = {f.__name__: f for f in (pool_layout, pool_script, step_script, sharing_script, blockwise, sampling,
-                                       beams, batch)}
+                                       beams, prefix_script, batch)}

@@ -397,3 +397,58 @@ def _copy_note(result):
     if probe == rules.NORMAL_COPY or not isinstance(probe, dict):
         return ""
     return f"\n  Note: on a pool of its own, your copy_block gives {probe} (a correct one: {rules.NORMAL_COPY})."
+
+
+# ------------------------------------------------------------------------- Part 5 (bonus): the cache
+NEEDS_PART2_FOR_CACHE = ("paged_step (Part 2) does not give the contiguous forward's logits yet, and cached_prefill "
+                         "computes with it: the Part 5 tests that prefill wait for it")
+
+
+def bonus_attempted(pk):
+    """Part 5 is a bonus: a file without PrefixCache and cached_prefill (written before Part 5, or
+    without it) skips its tests with one reason instead of failing them."""
+    if not hasattr(pk, "PrefixCache") and not hasattr(pk, "cached_prefill"):
+        pytest.skip("bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill")
+    missing = [n for n in ("PrefixCache", "cached_prefill") if not hasattr(pk, n)]
+    if missing:
+        fail(f"Part 5 (bonus) is half there: paged_kv.py does not define {', '.join(missing)}")
+
+
+def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, twin=False):
+    """prefix_script plus the checks every Part 5 script must pass: the actions in `errors` ({index:
+    kind}) raise that error and change nothing (tables, refcounts, n_cached, n_hit_tokens), every
+    other action succeeds; the cache holds one reference on each block it caches and none on others;
+    with twin=True every request's logits equal your own prefill of the same prompt without the cache.
+    Returns rules.part5_view, where blocks are named by what they were made for ("1.2" = block 2 of
+    seq 1), or None when a request needs paged_step and Part 2 does not work yet (the comparisons are
+    skipped, with a note; a stub still fails the test: "not implemented yet")."""
+    result = sc.prefix_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin)
+    if any(a[0] == "request" for a in actions) and not part2_works(pk):
+        skipped(NEEDS_PART2_FOR_CACHE)
+        return None
+    records, errors = result["records"], errors or {}
+    said = explain.describe_prefix_actions(actions)
+    try:
+        view = rules.part5_view(result, block_size)
+    except (KeyError, TypeError, ValueError) as e:
+        fail(f"the cache's state could not be read: {e} (are refcount(), n_cached and n_hit_tokens integers?)", section)
+    for i, (rec, row) in enumerate(zip(records, view)):
+        where_ = f"after action {i + 1} of {len(records)}, {said[i]}"
+        got = "no error" if rec["error"] is None else error_text(rec["error"])
+        if i in errors and row["error"] != errors[i]:
+            fail(f"{where_}: expected {errors[i]}, got {got}", section)
+        if i not in errors and rec["error"] is not None:
+            fail(f"{where_}: expected it to succeed, but it raised {got}", section)
+        if i in errors and not row.get("unchanged", True):
+            fail(f"{where_}: a call that raised {errors[i]} must change nothing, but the tables, refcounts, n_cached "
+                 "or n_hit_tokens changed", section)
+        if row["bad_references"]:
+            b, r = row["bad_references"][0]
+            fail(f"{where_}: block {b}'s refcount is {r} more than the tables and the test holding it: the cache must "
+                 "hold exactly one reference (one pool.incref) on each block it caches, none on others", section)
+        if twin and rec["op"][0] == "request" and rec["error"] is None:
+            why = rules.twin_difference(result, i)
+            if why:
+                fail(f"{where_}: its logits differ from your own prefill of the same prompt without the cache "
+                     f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}", section)
+    return view

@@ -10,6 +10,7 @@ handout/ (the students' requirements select versions for Python 3.9+; the root r
 stays the grader's pins). Never solution/, grader/, checks/ or .ci/.
 """
 import argparse
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "paged-attention"                       # the folder the zip unpacks to
 STAMP = (2025, 1, 1, 0, 0, 0)                 # fixed timestamps: the same sources give the same zip
+BONUS_FILES = ("tests/test_prefix_cache.py",)  # left out when the course switches the bonus off
 
 
 def handout_files():
@@ -35,15 +37,51 @@ def handout_files():
     return sorted(files, key=lambda f: f[1])
 
 
-def build(out):
+def bonus_on():
+    """The course's switch (grader/rubric.py, BONUS)."""
+    sys.path.insert(0, str(ROOT))
+    from grader import rubric
+    return rubric.BONUS
+
+
+def without_bonus_markdown(text):
+    """assignment.md without the bonus: every region between a line `<!-- bonus -->` and a line
+    `<!-- /bonus -->` goes, with the line break before it (regions start right after a line)."""
+    return re.sub(r"\n<!-- bonus -->\n.*?<!-- /bonus -->\n", "\n", text, flags=re.S)
+
+
+def without_bonus_python(text):
+    """The starter without the bonus: its closing Part 5 section, and the module docstring's lines
+    that start with "Part 5" (with their indented continuation lines)."""
+    text = re.sub(r"\n\n+# =+ Part 5 \(bonus\).*\Z", "\n", text, flags=re.S)
+    return re.sub(r"^Part 5.*\n(?: {8}\S.*\n)*", "", text, flags=re.M)
+
+
+def contents(src, name, bonus):
+    data = src.read_bytes()
+    if bonus:
+        return data
+    if name == "assignment.md":
+        return without_bonus_markdown(data.decode("utf-8")).encode("utf-8")
+    if name == "starter/paged_kv.py":
+        return without_bonus_python(data.decode("utf-8")).encode("utf-8")
+    return data
+
+
+def build(out, bonus=None):
+    """The handout zip; with the bonus switched off (rubric.BONUS, or bonus=False) it is the
+    assignment of Parts 1-4 alone: no Part 5 text, stubs or tests."""
+    bonus = bonus_on() if bonus is None else bonus
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for src, name in handout_files():
+            if not bonus and name in BONUS_FILES:
+                continue
             info = zipfile.ZipInfo(f"{TOP}/{name}", STAMP)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, src.read_bytes())
+            z.writestr(info, contents(src, name, bonus))
     return out
 
 

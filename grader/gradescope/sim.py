@@ -81,7 +81,7 @@ def submissions() -> list[Submission]:
     forge, steal = hostile.BY_NAME["forge_results_files"], hostile.BY_NAME["steal_reference"]
     attack = hostile.Hostile("gsim_forge_and_steal", "forge results.json and read /autograder/source, import "
                              "the reference found there", "stubs", forge.code + "\n" + steal.code)
-    return [Submission("reference", reference, float(rubric.TOTAL)),
+    return [Submission("reference", reference, float(rubric.TOTAL + rubric.BONUS_TOTAL)),
             Submission("starter", (REPO / "starter" / "paged_kv.py").read_text(), 0.0),
             Submission("syntax_error", reference + "def broken(:\n", 0.0, ("SyntaxError", f"line {broken_line}")),
             Submission("hostile", hostile.build(attack), 0.0, hostile=True)]

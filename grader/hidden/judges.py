@@ -8,11 +8,11 @@ renaming; Part 4 sharing, judged on the tables and refcounts the submission's ow
 K/V the test put in storage itself. A comparison that another part owns is left out only while that
 part fails its own check (`deps.ok`), so a bug is charged once.
 """
-from explain import describe_action, draw_tables
-from rules import (NORMAL_COPY, kv_difference, part2_view, pool_view_violation, sampling_violation,
-                   savings, sharing_violation, short_table)
+from explain import describe_action, describe_prefix_actions, draw_tables
+from rules import (NORMAL_COPY, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
+                   savings, sharing_violation, short_table, twin_difference)
 
-from grader.hidden.compare import ATTENTION_TOL, first_mismatch
+from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
 
 SAVINGS_RANGE = 0.02        # the drivers' savings: within 2 points of the reference's on the same inputs
 
@@ -290,3 +290,93 @@ def attention_judge(case, expected, got, deps=None):
                     f"{case.inputs['block_size']}, layer {c['layer']}): {found[0].lstrip('.') or 'output'}: {found[1]}")
     return None
 
+
+
+# ------------------------------------------------------------------------------------ Part 5 (bonus)
+PART5_FIELDS = {            # what each Part 5 check compares with the reference (rules.part5_view)
+    "hits": ("error", "result", "n_hit_tokens"),
+    "keys": ("error", "result", "cached", "n_cached"),
+    "logits": ("error",),
+    "eviction": ("error", "result", "cached", "n_cached"),
+    "exhaustion": ("error", "unchanged", "cached", "result"),
+    "errors": ("error", "unchanged"),
+}
+_PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached", "n_hit_tokens"}
+
+
+def _ints(x):
+    return isinstance(x, list) and all(type(i) is int for i in x)
+
+
+def _prefix_ok(expected, got):
+    """The submission's prefix_script answer has the scenario's form: the same actions, tables and held
+    blocks as lists of ints, a request's hits as ints and rows as an int, a twin per action."""
+    if not isinstance(got, dict) or set(got) != {"records", "twins"}:
+        return False
+    records, twins = got["records"], got["twins"]
+    if not isinstance(records, list) or not isinstance(twins, list) or not \
+            len(records) == len(twins) == len(expected["records"]):
+        return False
+    for e, g, t in zip(expected["records"], records, twins):
+        if not isinstance(g, dict) or set(g) != _PART5_KEYS or g["op"] != e["op"] or not isinstance(g["tables"], list) \
+                or not all(_ints(x) for x in g["tables"]) or not _ints(g["held"]) or not isinstance(g["refcounts"], list):
+            return False
+        if g["op"][0] == "request" and g["error"] is None and not (
+                isinstance(g["result"], dict) and _ints(g["result"].get("hits")) and type(g["result"].get("rows")) is int):
+            return False
+        if t is not None and not (isinstance(t, dict) and set(t) == {"result", "error"}):
+            return False
+    return True
+
+
+def _show_named(value):
+    """A value of rules.part5_view (names the judge made from ints, ints, None, True/False)."""
+    if isinstance(value, dict):
+        return "hits " + _show_named(value.get("hits")) + f", {value.get('rows')} rows of logits"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return _show(value) if isinstance(value, str) else repr(value)
+
+
+_PART5_WHAT = {
+    "error": "the error",
+    "result": "the result (blocks named by what they were made for: 3.1 = block 1 of seq 3)",
+    "cached": "the blocks the cache holds (its own reference: refcount minus the tables and the test holding it)",
+    "n_cached": "n_cached",
+    "n_hit_tokens": "n_hit_tokens",
+    "unchanged": "a call that raised must change nothing (tables, refcounts, n_cached, n_hit_tokens)",
+}
+
+
+def prefix_judge(fields, twin=False):
+    """A judge for prefix_script cases comparing `fields` of rules.part5_view with the reference's, the
+    cache holding one reference per cached block (when "cached" is compared) and, with twin=True,
+    every request's logits with the same prompt prefilled by the same implementation without the
+    cache (rules.twin_difference): your own Parts 1-4, right or wrong, are on both sides."""
+    def judge(case, expected, got, deps=None):
+        if not _prefix_ok(expected, got):
+            return _wrong_form()
+        B = case.inputs["block_size"]
+        try:
+            e_view, g_view = part5_view(expected, B), part5_view(got, B)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return _wrong_form()
+        said = describe_prefix_actions([r["op"] for r in expected["records"]])
+        n_all = len(said)
+        for n, (e, g) in enumerate(zip(e_view, g_view)):
+            where = f"  after action {n + 1} of {n_all}, {said[n]}:"
+            if "cached" in fields and g["bad_references"]:
+                b, r = g["bad_references"][0]
+                return (f"{where}\n    block {b}'s refcount minus the tables and the test holding it is {r}: the "
+                        "cache must hold exactly one reference on a block it caches (pool.incref once), none on others")
+            for f in fields:
+                if f in e and e[f] != g.get(f):
+                    return f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f])}, got {_show_named(g.get(f))}"
+            rec = expected["records"][n]
+            if twin and rec["op"][0] == "request" and rec["error"] is None:
+                why = twin_difference(got, n)
+                if why:
+                    return (f"{where}\n    its logits differ from your own prefill of the same prompt without the cache "
+                            f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}")
+        return None
+    return judge

@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 TESTS = REPO / "tests"
 PUBLIC_FILES = {"test_allocator": "allocator", "test_paged_step": "paged_step",
-                "test_blockwise_attention": "blockwise_attention", "test_copy_on_write": "copy_on_write"}
+                "test_blockwise_attention": "blockwise_attention", "test_copy_on_write": "copy_on_write",
+                "test_prefix_cache": "prefix_cache"}
 PUBLIC_TIMEOUT = 900.0
 
 

@@ -1206,6 +1206,57 @@ def paged_step(params, cfg, seqs, chunks):
     return out
 '''
 
+_FAKE_HITS = r'''
+# Reports hits but recomputes: the cache's bookkeeping is honest (lookup, the hits in the table, the
+# references, eviction, insert, n_hit_tokens), but the logits returned come from a prefill of the whole
+# prompt on a scratch pool, so they never depend on what the hit blocks hold. Only the checks that
+# overwrite a cached block before a request hits it can tell.
+_sth_real_prefill = cached_prefill
+
+
+def cached_prefill(params, cfg, seq, prompt, cache):
+    computed = len(_sth_real_prefill(params, cfg, seq, prompt, cache))
+    scratch = PagedSequence(BlockPool(cfg, -(-len(prompt) // cache.pool.block_size) + 1, cache.pool.block_size))
+    (everything,) = paged_step(params, cfg, [scratch], [list(prompt)])
+    return everything[len(everything) - computed:]
+'''
+
+_OTHER_REQUESTS = r'''
+# Reads other requests' blocks: every request is remembered with its prompt, and a new one reuses the
+# blocks of the live request sharing the longest prefix with it, full or partly filled, whether the
+# cache holds them or not (no keys, no cap, no cache reference needed), then computes only the rest.
+_sth_live = []
+
+
+def cached_prefill(params, cfg, seq, prompt, cache):
+    prompt = [int(t) for t in prompt]
+    B = cache.pool.block_size
+    best, donor = 0, None
+    for other, tokens in _sth_live:
+        n = 0
+        while n < min(len(tokens), len(prompt) - 1, other.length) and tokens[n] == prompt[n]:
+            n += 1
+        if n > best and other.blocks:
+            best, donor = n, other
+    if donor is None:
+        logits = _sth_plain(params, cfg, seq, prompt, cache)
+    else:
+        for b in donor.blocks[:-(-best // B)]:
+            cache.pool.incref(b)
+        seq.blocks, seq.length = list(donor.blocks[:-(-best // B)]), best
+        (logits,) = paged_step(params, cfg, [seq], [prompt[best:]])
+        cache.n_hit_tokens += best
+        cache.insert(prompt, seq.blocks)
+    _sth_live.append((seq, prompt))
+    return logits
+
+
+def _sth_plain(params, cfg, seq, prompt, cache):
+    (logits,) = paged_step(params, cfg, [seq], [prompt])
+    cache.insert(prompt, seq.blocks)
+    return logits
+'''
+
 H = Hostile
 HOSTILES = [
     # ---------------------------------------------------------------------- forging the verdict
@@ -1282,6 +1333,14 @@ HOSTILES = [
     H("fake_part2", "an honest Part 4 on a fake Part 2 (paged_step returns zeros and stores nothing): sharing "
       "compared with itself passes vacuously; it may earn Part 4's points and nothing of Part 2's", "solution",
       _FAKE_PART2, "bottom", caps=(("paged_step", 0.0),)),
+    # ------------------------------------------------------------------------- the bonus (Part 5)
+    H("fake_hits", "cached_prefill reports hits (table, references, n_hit_tokens, insert all honest) but returns "
+      "the logits of a prefill of the whole prompt on a scratch pool: it may earn Part 5's points except those of "
+      "the logits check, whose cases overwrite cached blocks before they are hit", "solution", _FAKE_HITS, "bottom",
+      caps=(("prefix_cache", 8.0),)),
+    H("other_requests_blocks", "cached_prefill reuses the blocks of whichever live request shares the longest "
+      "prefix, partly filled ones included, without the cache's keys, cap or reference: it may not earn the hits "
+      "and logits checks", "solution", _OTHER_REQUESTS, "bottom", caps=(("prefix_cache", 6.0),)),
 ]
 
 BY_NAME = {h.name: h for h in HOSTILES}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 REFERENCE = os.path.join(REPO, "solution", "paged_kv.py")
-PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write")
+PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write", "prefix_cache")
 
 
 @dataclass(frozen=True)
@@ -95,23 +95,28 @@ MUTANTS = [
        ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
     M("decref_leaks_block", "allocator",
       "decref to 0 decrements n_used but never returns the block to the free list (a leak). Verified: 8-block "
-      "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3.",
-      (("            heapq.heappush(self._free, b)\n", ""),), "a_order"),
+      "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3. Spans "
+      "prefix_cache: evicting a cached block gives it back to the pool for the request that needs it; a pool that "
+      "never hands a freed block out again cannot serve that request.",
+      (("            heapq.heappush(self._free, b)\n", ""),), "a_order", ("prefix_cache",)),
     M("decref_frees_at_one", "allocator",
       "Off by one in decref: the block is freed when its refcount drops to 1 instead of 0. Verified: alloc, "
       "incref twice, decref twice -> n_used is 0 while refcount is 1 (contract: n_used 1), and the block is "
       "handed out again by the next alloc. Spans copy_on_write: a shared block is freed while another sequence "
-      "still holds it and handed out again, so copy-on-write and free corrupt the sharing sequences' tables.",
+      "still holds it and handed out again, so copy-on-write and free corrupt the sharing sequences' tables. Spans "
+      "prefix_cache too: the cache's own reference is what keeps a cached block in use after its request is freed; "
+      "here the block is freed (and handed out again) while the cache holds it.",
       (("        self._ref[b] -= 1\n        if self._ref[b] == 0:", "        self._ref[b] -= 1\n        if self._ref[b] == 1:"),),
-      "a_refcount", ("copy_on_write",)),
+      "a_refcount", ("copy_on_write", "prefix_cache")),
     M("n_used_counts_refs", "allocator",
       "n_used sums the refcounts (double-counts shared blocks) instead of counting blocks in use. Verified: "
       "one block with refcount 3 reports n_used 3 (contract: 1).",
       (("return self._used\n", "return sum(self._ref)\n"),), "a_refcount"),
     M("used_not_decremented", "allocator",
       "decref frees the block but forgets n_used -= 1, so n_used/n_free drift. Verified: alloc 4, decref 2 -> "
-      "n_used 4, n_free 2 (contract: 2 and 4).",
-      (("            self._used -= 1\n", ""),), "a_counts_peak"),
+      "n_used 4, n_free 2 (contract: 2 and 4). Spans prefix_cache: cached_prefill evicts the shortfall of free blocks "
+      "the pool reports; here evicting never raises n_free, so a prefill that fits after evicting runs out.",
+      (("            self._used -= 1\n", ""),), "a_counts_peak", ("prefix_cache",)),
     M("peak_never_updated", "allocator",
       "peak_used is never updated after __init__. Verified: after 4 allocs peak_used is 0 (contract: 4).",
       (("        self.peak_used = max(self.peak_used, self._used)\n", ""),), "a_counts_peak"),
@@ -201,7 +206,8 @@ MUTANTS = [
       "refcount of a free block raises ValueError (treating it like the other operations on a free block) "
       "instead of returning 0. Verified: refcount(0) of a fresh pool raises ValueError (contract: 0).",
       ((_REFCOUNT_RANGE, _REFCOUNT_RANGE.replace("        return self._ref[b]",
-                                                 "        if self._ref[b] == 0:\n            raise ValueError(f\"block {b} is free\")\n"
+                                                 "        if self._ref[b] == 0:\n            raise ValueError(f\"block "
+                                                 "{b} is free\")\n"
                                                  "        return self._ref[b]")),), "a_free_block_ops"),
     M("n_free_off_by_one", "allocator",
       "n_free is computed as n_blocks - n_used - 1 (one block kept back by mistake). Verified: a fresh 8-block "
@@ -217,15 +223,18 @@ MUTANTS = [
     # ------------------------------------------------------------- Part 2: paged KV and the paged step
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
-      "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10).",
+      "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
+      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts.",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
-        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv"),
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv", ("prefix_cache",)),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
-      "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4.",
+      "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4. Spans "
+      "prefix_cache: a cache hit puts blocks another request computed into the table; reading by position instead of "
+      "through the table reads other blocks' K/V.",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
         "return np.broadcast_to(pos // block_size, np.shape(table)[:-1] + pos.shape), pos % block_size"),),
-      "p_equiv"),
+      "p_equiv", ("prefix_cache",)),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
@@ -237,8 +246,11 @@ MUTANTS = [
       (("attention_core(q, K, V, start))", "attention_core(q, K, V, 0))"),), "p_equiv"),
     M("causal_start_last", "paged_step",
       "attention_core is given start + T - 1: every query of a prefill sees the whole chunk (no causal mask "
-      "inside the chunk). Verified: every multi-token chunk's logits differ (single-token decodes still match).",
-      (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv"),
+      "inside the chunk). Verified: every multi-token chunk's logits differ (single-token decodes still match). Spans "
+      "prefix_cache: without the causal mask inside a chunk, a position's K/V depend on the tokens after it in its "
+      "chunk, so a prefix cached from one request's chunk differs from the same prefix computed again (prefix caching "
+      "relies on a prefix's K/V depending on the prefix alone).",
+      (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv", ("prefix_cache",)),
     M("blocks_floor_plus_one", "paged_step",
       "Blocks needed computed as (length + n) // B + 1 instead of ceil: one block too many whenever the new "
       "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1). "
@@ -249,9 +261,10 @@ MUTANTS = [
     M("blocks_floor", "paged_step",
       "Blocks needed computed as (length + n) // B (floor): a partly filled last block is never allocated. "
       "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block). Spans "
-      "copy_on_write: reserve leaves no block for a partly filled position, so sharing scripts cannot grow.",
+      "copy_on_write: reserve leaves no block for a partly filled position, so sharing scripts cannot grow. Spans "
+      "prefix_cache too: cached_prefill computes the rest of the prompt with paged_step, which raises here.",
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size"),),
-      "p_boundaries", ("copy_on_write",)),
+      "p_boundaries", ("copy_on_write", "prefix_cache")),
     M("outputs_sorted_by_length", "paged_step",
       "The logits come back shortest-chunk-first (a 'batching' optimisation) instead of in list order. "
       "Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) (contract: one per sequence, "
@@ -322,8 +335,9 @@ MUTANTS = [
       (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv"),
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
-      "from contiguous (block size 16 still works).",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv"),
+      "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
+      "with paged_step, which raises here for any block size but 16.",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache",)),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
@@ -438,9 +452,11 @@ MUTANTS = [
       "c_fork"),
     M("cow_on_full_block", "copy_on_write",
       "Copy-on-write also copies a FULL shared last block. Verified: 8-token prompt, B=4, 3 sharers decode -> "
-      "n_copies 2 (contract: 0; new tokens go to new blocks).",
+      "n_copies 2 (contract: 0; new tokens go to new blocks). Spans prefix_cache: a cached prefill's last hit is a "
+      "full block the cache shares; copying it takes one block more than the contract counts, so a prefill that "
+      "exactly fits after evicting runs out.",
       (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
-        "return bool(self.blocks) and self.pool.refcount(self.blocks[-1]) > 1"),), "c_full_block"),
+        "return bool(self.blocks) and self.pool.refcount(self.blocks[-1]) > 1"),), "c_full_block", ("prefix_cache",)),
     M("cow_always_n_copies", "copy_on_write",
       "A sequence remembers it was forked and copies its partial last block on its first write, even when it "
       "is the last holder (refcount 1). Verified: 3 sharers decode -> n_copies 3 (contract: n - 1 = 2).",
@@ -471,7 +487,8 @@ MUTANTS = [
       "free releases each block completely (decref until 0), also blocks other sequences still share. "
       "Verified: freeing a fork frees the parent's blocks too (refcounts 0 while in the parent's table).",
       (("        for b in self.blocks:\n            self.pool.decref(b)\n        self.blocks",
-        "        for b in self.blocks:\n            while self.pool.refcount(b) > 0:\n                self.pool.decref(b)\n"
+        "        for b in self.blocks:\n            while self.pool.refcount(b) > 0:\n                "
+        "self.pool.decref(b)\n"
         "        self.blocks"),), "c_free"),
     M("free_keeps_length", "copy_on_write",
       "free gives every block back and empties the table but leaves length as it was. Verified: after free of "
@@ -490,6 +507,136 @@ MUTANTS = [
       "child's copy is made, then the parent copies its private block too (contract: n - 1 copies).",
       (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
         "return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[0]) > 1"),), "c_cow_step"),
+]
+
+
+# Part 5 (bonus): the reference's PrefixCache and cached_prefill.
+_CAP = "self._keys(tokens)[:(len(tokens) - 1) // self.pool.block_size]"
+_PRECHECK = ("    if short > len(cache._evictable(keep=hits)):\n"
+             "        raise MemoryError(f\"the prompt needs {short} blocks more than are free or evictable\")\n")
+_INCREF_HITS = ("    for b in hits:\n        pool.incref(b)\n"
+                "    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size\n")
+_EVICT_LOOP = ("        for b in victims:\n            del self._block[self._lru.pop(b)]\n            self.pool.decref(b)\n")
+MUTANTS += [
+    M("key_block_content", "prefix_cache",
+      "A block's key is its own B tokens, not the whole prefix it ends, so the same block content after another "
+      "prefix matches. Verified: seq A = P Q R inserted, then X Q R inserted caches only X's block, and lookup(X Q R "
+      "t) returns [X's block, A's block 1, A's block 2] (contract: X Q R's own three blocks).",
+      (("return [t[:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]",
+        "return [t[i * self.pool.block_size:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]"),),
+      "pc_keys"),
+    M("lookup_no_cap", "prefix_cache",
+      "lookup returns every cached full block, without the (len - 1) // B cap, so a prompt cached whole leaves "
+      "no token to compute. Verified: 8 tokens cached in 2 blocks of 4, lookup of the same 8 returns [0, 1] "
+      "(contract: [0]), and cached_prefill of them raises ValueError (an empty chunk) after taking the hits "
+      "(refcounts 3, 3 instead of 2, 2).",
+      ((_CAP, "self._keys(tokens)[:len(tokens) // self.pool.block_size]"),), "pc_hits"),
+    M("lookup_cap_one_block_short", "prefix_cache",
+      "lookup keeps back the prompt's last FULL block (cap len // B - 1) instead of leaving one token: a prompt "
+      "that ends inside a block recomputes a block it could reuse. Verified: 13 tokens cached in blocks of 4, "
+      "lookup of the first 5 returns [] (contract: [0]), of all 13 two blocks (contract: 3).",
+      ((_CAP, "self._keys(tokens)[:max(0, len(tokens) // self.pool.block_size - 1)]"),), "pc_hits"),
+    M("hit_tokens_counts_blocks", "prefix_cache",
+      "n_hit_tokens adds the number of hit BLOCKS, not tokens. Verified: a request hitting 2 blocks of 4 adds 2 "
+      "(contract: 8).",
+      (("    cache.n_hit_tokens += len(hits) * pool.block_size\n", "    cache.n_hit_tokens += len(hits)\n"),), "pc_hits"),
+    M("recompute_last_hit_token", "prefix_cache",
+      "cached_prefill starts one token early (length = hits * B - 1) to 'recompute the last cached token': the "
+      "step writes into a full shared block and returns one row too many. Verified: 2 hits of 4 on a 13-token "
+      "prompt return 6 rows (contract: 5).",
+      (("    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size\n",
+        "    seq.blocks, seq.length = list(hits), max(0, len(hits) * pool.block_size - 1)\n"),), "pc_hits"),
+    M("insert_caches_partial_block", "prefix_cache",
+      "The partly filled last block is cached too (keys for ceil(len / B) blocks). Verified: insert of 13 "
+      "tokens with blocks of 4 returns 4 (contract: its 3 full blocks) and takes a reference on the partial "
+      "block.",
+      (("return [t[:(i + 1) * self.pool.block_size] for i in range(len(t) // self.pool.block_size)]",
+        "return [t[:(i + 1) * self.pool.block_size] for i in range(-(-len(t) // self.pool.block_size))]"),), "pc_keys"),
+    M("insert_reuses_cached_block", "prefix_cache",
+      "insert caches a block under a new key even when that physical block already caches another key: one block "
+      "under two keys, two cache references on it. Verified: insert(Y Z, [A's block 0, own block]) returns 2 "
+      "(contract: 1) and A's block 0 gets refcount 3 with one holder.",
+      (("if key not in self._block and b not in self._lru]", "if key not in self._block]"),), "pc_keys"),
+    M("no_cache_reference", "prefix_cache",
+      "insert does not incref: the cache holds no reference of its own, so a cached block is free once its "
+      "sequence is, and evict decrefs a reference a sequence holds. Verified: after insert, refcount(b) is 1 "
+      "(contract: 2); after the sequence is freed its cached blocks are free.",
+      (("            self.pool.incref(b)\n            self._block[key], self._lru[b] = b, key\n",
+        "            self._block[key], self._lru[b] = b, key\n"),), "pc_keys"),
+    M("hits_not_in_table", "prefix_cache",
+      "cached_prefill takes the hits' references and sets the length but leaves the table empty, so paged_step "
+      "allocates fresh blocks for the cached positions and reads stale K/V there. Verified: the logits of a "
+      "request with 2 hits differ from the uncached prefill by O(1).",
+      (("    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size\n",
+        "    seq.length = len(hits) * pool.block_size\n"),), "pc_logits"),
+    M("lookup_touches_recency", "prefix_cache",
+      "lookup marks its hits most recently used (a 'read' counts as a use), so recency changes outside insert. "
+      "Verified: A (13 tokens) then B (A's first 8 and 5 more) prefilled and freed, then lookup(A): evict(1) "
+      "releases B's block 2 (contract: A's tail, block 2; lookup changes nothing).",
+      (("            hits.append(self._block[key])\n",
+        "            hits.append(self._block[key])\n            self._lru.move_to_end(self._block[key])\n"),), "pc_eviction"),
+    M("recency_head_oldest", "prefix_cache",
+      "insert marks a use from block 0 to the deepest block, so the HEAD of a chain is the oldest and is evicted "
+      "first, orphaning the rest. Verified: after one request of 3 cached blocks, evict(1) releases block 0 "
+      "(contract: the tail, block 2).",
+      (("        for key in reversed(keys):", "        for key in keys:"),), "pc_eviction"),
+    M("evict_most_recent_first", "prefix_cache",
+      "evict takes the most recently used blocks first (the order list read from the wrong end). Verified: A "
+      "then B (A's first 8 tokens and 5 more) prefilled and freed: evict(1) releases block 0, the head both "
+      "used last (contract: the least recently used, A's tail, block 2).",
+      (("        victims = self._evictable()[:n]\n", "        victims = self._evictable()[::-1][:n]\n"),), "pc_eviction"),
+    M("evict_cascades", "prefix_cache",
+      "Evicting a block also forgets every cached key that extends its key (a radix-tree delete of the subtree), "
+      "dropping the cache's reference on them. Verified: P Q R3 W cached with its tail blocks held by a sequence, "
+      "evicting P's and PQ's blocks also uncaches the held 2.2 and 2.3 (contract: no cascade, they stay cached).",
+      ((_EVICT_LOOP, "        for b in victims:\n            key = self._lru.pop(b)\n            del self._block[key]\n"
+                     "            self.pool.decref(b)\n"
+                     "            for k2 in [k for k in self._block if k[:len(key)] == key]:\n"
+                     "                b2 = self._block.pop(k2)\n                del self._lru[b2]\n"
+                     "                self.pool.decref(b2)\n"),), "pc_eviction"),
+    M("evict_returns_n", "prefix_cache",
+      "evict returns n, the number asked for, instead of the number released. Verified: evict(5) with 2 evictable "
+      "blocks returns 5 (contract: 2).",
+      (("        return len(victims)\n", "        return n\n"),), "pc_eviction"),
+    M("evict_held_blocks", "prefix_cache",
+      "A block is evictable whatever its refcount: the cache drops its reference on blocks sequences still hold "
+      "(they stay in use, but are forgotten). Verified: a live request's cached blocks are evicted first by "
+      "evict(1) (contract: only blocks with refcount 1).",
+      (("return [b for b in self._lru if self.pool.refcount(b) == 1 and b not in keep]",
+        "return [b for b in self._lru if b not in keep]"),), "pc_eviction"),
+    M("prefill_no_precheck", "prefix_cache",
+      "cached_prefill does not check first that free plus evictable blocks suffice: it takes the hits, evicts "
+      "what it can, and paged_step raises MemoryError. Verified: a prompt one block short of fitting raises "
+      "MemoryError with its hits' refcounts raised and cached blocks evicted (contract: nothing changed).",
+      ((_PRECHECK, ""),), "pc_exhaustion"),
+    M("evict_before_taking_hits", "prefix_cache",
+      "cached_prefill evicts the shortfall before taking its hits' references, so a hit with refcount 1 can be "
+      "evicted and then reused. Verified: the hit block (only the cache holds it, the oldest) is evicted, "
+      "incref then fails on a free block: ValueError (contract: the hit is never evicted, the prefill fits).",
+      ((_INCREF_HITS + "    cache.evict(max(0, short))\n", "    cache.evict(max(0, short))\n" + _INCREF_HITS),),
+      "pc_exhaustion"),
+    M("shortfall_ignores_hits", "prefix_cache",
+      "The shortfall counts every block of the prompt, the hits too, so cached_prefill evicts more than it needs "
+      "(and refuses prompts that fit). Verified: a prompt with one hit, one block short, evicts 2 blocks "
+      "(contract: 1).",
+      (("short = math.ceil(len(prompt) / pool.block_size) - len(hits) - pool.n_free",
+        "short = math.ceil(len(prompt) / pool.block_size) - pool.n_free"),), "pc_exhaustion"),
+    M("insert_no_free_check", "prefix_cache",
+      "insert does not check the blocks before caching: a free id among them makes pool.incref raise half-way, "
+      "after earlier blocks were cached. Verified: insert(3 full blocks, [b0, a free block, b2]) raises "
+      "ValueError with b0 cached (contract: nothing changed).",
+      (("        for _, b in new:\n            if self.pool.refcount(b) == 0:\n"
+        "                raise ValueError(f\"block {b} is free: nothing to cache\")\n", ""),), "pc_errors"),
+    M("prefill_checks_length_only", "prefix_cache",
+      "cached_prefill checks only seq.length == 0, so a sequence with a block but length 0 is accepted and its "
+      "block is dropped from its table. Verified: such a sequence is prefilled (contract: ValueError, nothing "
+      "changed).",
+      (("    if seq.length != 0 or len(seq.blocks) != 0:\n", "    if seq.length != 0:\n"),), "pc_errors"),
+    M("prefill_any_pool", "prefix_cache",
+      "cached_prefill does not check that seq.pool is cache.pool: a sequence on another pool takes the cache's "
+      "block ids as its own. Verified: such a prefill succeeds (contract: ValueError, nothing changed).",
+      (("    if seq.pool is not cache.pool:\n        raise ValueError(\"the sequence and the cache use different pools\")\n",
+        ""),), "pc_errors"),
 ]
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -5,11 +5,11 @@
 Each submission is built into a temp folder and graded by the grader's own command line,
 `python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be. Checks:
 
-  * the reference scores 100 and the stubs 0;
+  * the reference scores 100 (110 with the bonus on: rubric.BONUS) and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
     not labelled with; the reference and every correct variant pass every public test;
-  * every correct variant scores exactly 100;
+  * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
     lab/, tests/ (hashed before and after; nothing new may appear, the canaries must survive), leaves
@@ -47,11 +47,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
+from grader import rubric  # noqa: E402
 from grader.selftest import cascade  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
-PARTS = mutants_mod.PARTS
+PARTS = tuple(p for p in mutants_mod.PARTS if p in rubric.ALL_PARTS)     # a bonus switched off is not graded
+FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # the reference's score: 100, plus the bonus when it is on
 WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
 DETACHED_WAIT = 12.0                                       # s after the last grading
 GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
@@ -102,6 +104,8 @@ def corpus(only, port):
     want_hostile = only in (None, "hostile")
     needed = {h.base for h in hostile_mod.HOSTILES} if want_hostile else set()
     for m in mutants_mod.MUTANTS:
+        if m.part not in PARTS:
+            continue                    # a mutant of a bonus part the rubric switched off
         if want_mutants or m.name in needed:
             subs.append(Sub("mutant", m.name, mutants_mod.apply(m), part=m.part, parts=m.parts))
     if only in (None, "variants"):
@@ -111,6 +115,8 @@ def corpus(only, port):
     if want_hostile:
         subs.append(Sub("stubs", "stubs", hostile_mod.STUBS))
         for h in hostile_mod.HOSTILES:
+            if any(part not in PARTS for part, _ in h.caps):
+                continue                # aimed at a bonus part the rubric switched off
             subs.append(Sub("hostile", h.name, hostile_mod.build(h, port), base=h.base))
     if want_mutants:
         for twin in ("reference", *DETERMINISM_MUTANTS):
@@ -413,8 +419,8 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
         for p in s.problems:
             failures.append(f"{s.key}: {p}")
     ref = by["reference:reference"]
-    if ref.data is not None and abs(ref.score - 100) > EPS:
-        failures.append(f"reference scores {ref.score}, not 100")
+    if ref.data is not None and abs(ref.score - FULL) > EPS:
+        failures.append(f"reference scores {ref.score}, not {FULL}")
     if "stubs:stubs" in by and by["stubs:stubs"].data is not None and by["stubs:stubs"].score > EPS:
         failures.append(f"stubs score {by['stubs:stubs'].score}, not 0")
     for s in subs:
@@ -425,7 +431,7 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
         if s.kind == "mutant":
             losses = cascade.hidden_losses(s.data, PARTS)
             hidden, public = cascade.outside(s.parts, losses, s.public or {})
-            if s.score >= 100 - EPS:
+            if s.score >= FULL - EPS:
                 failures.append(f"mutant {s.name} ({s.part}) survives: scores {s.score}")
             elif s.lost(s.part) <= EPS:
                 lost = {p: round(v, 2) for p, v in losses.items() if v > EPS}
@@ -434,10 +440,11 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
                 failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) loses points in other parts: {hidden}")
             if public:
                 failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) fails public tests of other parts: {public}")
-        elif s.kind == "variant" and abs(s.score - 100) > EPS:
+        elif s.kind == "variant" and abs(s.score - variant_full(s)) > EPS:
             bad = [f"{t.get('name')}: {t.get('score')}/{t.get('max_score')}" for t in s.data["tests"]
                    if float(t.get("score", 0)) < float(t.get("max_score", 0)) - EPS]
-            failures.append(f"correct variant {s.name} scores {s.score}: " + "; ".join(bad)[:800])
+            failures.append(f"correct variant {s.name} scores {s.score}, not {variant_full(s)}: "
+                            + "; ".join(bad)[:800])
         elif s.kind == "again":
             twin = by.get(s.base)
             if twin is not None and twin.data is not None and strip_times(twin.data) != strip_times(s.data):
@@ -511,12 +518,18 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
         failures.append(f"hostile submissions reached the canary port {canary.port}: {canary.hits[:5]}")
 
 
+def variant_full(s):
+    """A correct variant's score: TOTAL, plus BONUS_TOTAL when it writes the bonus (a variant written
+    before Part 5 existed is graded as then: 100)."""
+    return FULL if "class PrefixCache" in s.text else rubric.TOTAL
+
+
 def summarize(subs, wall, failures, notes, kept_root):
     ms = [s for s in subs if s.kind == "mutant"]
-    killed = [s for s in ms if s.data is not None and s.score < 100 - EPS]
+    killed = [s for s in ms if s.data is not None and s.score < FULL - EPS]
     own = [s for s in killed if s.lost(s.part) > EPS]
     vs = [s for s in subs if s.kind == "variant"]
-    full = [s for s in vs if s.data is not None and abs(s.score - 100) < EPS]
+    full = [s for s in vs if s.data is not None and abs(s.score - variant_full(s)) < EPS]
     hs = [s for s in subs if s.kind == "hostile"]
     breached = {s.name for s in hs if s.problems or any(s.name in f for f in failures)}
     global_h = [f for f in failures if not f.startswith(("hostile ", "mutant ", "correct variant ", "reference",
@@ -539,7 +552,8 @@ def summarize(subs, wall, failures, notes, kept_root):
                      f"their parts ({len(labelled)} labelled with more than one part: "
                      + ", ".join(f"{s.name} {'+'.join(s.parts)}" for s in labelled) + ")")
     if vs:
-        lines.append(f"correct variants: {len(full)}/{len(vs)} score 100 "
+        lines.append(f"correct variants: {len(full)}/{len(vs)} score full marks ({rubric.TOTAL}, {FULL} with the "
+                     "bonus) "
                      + "(" + ", ".join(f"{s.name} {s.score}" for s in vs) + ")")
     if hs:
         lines.append(f"attacks contained: {len(contained)}/{len(hs)}"

@@ -143,6 +143,7 @@ def unchanged(before, pool, seqs, what):
 
 
 CHECKS = {}   # name -> (part, function(pk, ref))
+BONUS_PARTS = ("prefix_cache",)   # checked only in a module that defines PrefixCache and cached_prefill
 
 
 def register(part):
@@ -753,6 +754,251 @@ def c_drivers(pk, ref):
     check(bst == rbst and bps == rbps, f"beam_search stats {bst} / pool {bps}, reference {rbst} / {rbps}")
 
 
+# ====================================================== Part 5 (bonus): the prefix cache
+def has_bonus(pk):
+    return hasattr(pk, "PrefixCache") and hasattr(pk, "cached_prefill")
+
+
+def _prefill(pk, cfg, pool, cache, prompt, expect_rows=None):
+    """A new request prefilled through the cache; its logits must be the contiguous forward's rows of
+    the positions it computed."""
+    seq = pk.PagedSequence(pool)
+    out = np.asarray(pk.cached_prefill(params(cfg), cfg, seq, list(prompt), cache))
+    if expect_rows is not None:
+        check(len(out) == expect_rows, f"cached_prefill of {len(prompt)} tokens computed {len(out)} rows, "
+                                       f"expected {expect_rows}")
+    close(out, contiguous(cfg, [prompt])[0][len(prompt) - len(out):], 1e-10, f"logits of a cached prefill of "
+                                                                           f"{len(prompt)} tokens")
+    return seq
+
+
+def _own_blocks(pk, pool, tokens, seed=0):
+    """The test's own sequence: blocks from pool.alloc, random K/V stored in them (no paged_step)."""
+    blocks = [pool.alloc() for _ in range(-(-len(tokens) // pool.block_size))]
+    rng = np.random.default_rng(seed)
+    for i, b in enumerate(blocks):
+        pool.k[:, b] = rng.standard_normal(pool.k[:, b].shape)
+        pool.v[:, b] = rng.standard_normal(pool.v[:, b].shape)
+    return [int(b) for b in blocks]
+
+
+def _release(pool, blocks):
+    for b in blocks:
+        pool.decref(b)
+
+
+def _evicted_in_order(pool, cache):
+    """evict(1) until nothing goes: the ids released, in order."""
+    order = []
+    while True:
+        before = [pool.refcount(b) for b in range(pool.n_blocks)]
+        n = cache.evict(1)
+        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
+        check(n == len(gone), f"evict(1) returned {n} but released {gone}")
+        if n == 0:
+            return order
+        order += gone
+
+
+@register("prefix_cache")
+def pc_hits(pk, ref):
+    """Hits, rows computed, n_hit_tokens and the lookup cap (hand-worked, block size 4)."""
+    pool = pk.BlockPool(ODD, 16, 4)
+    cache = pk.PrefixCache(pool)
+    A = toks(13, ODD, 50)
+    a = _prefill(pk, ODD, pool, cache, A, 13)
+    check(ints(a.blocks) == [0, 1, 2, 3], f"first request's table {ints(a.blocks)}")
+    b = _prefill(pk, ODD, pool, cache, A[:8] + toks(5, ODD, 51), 5)
+    check(ints(b.blocks) == [0, 1, 4, 5] and int(cache.n_hit_tokens) == 8,
+          f"second request: table {ints(b.blocks)}, n_hit_tokens {cache.n_hit_tokens} (expected [0, 1, 4, 5], 8)")
+    for n, hits in ((4, []), (5, [0]), (8, [0]), (12, [0, 1]), (13, [0, 1, 2]), (14, [0, 1, 2])):
+        got = ints(cache.lookup(A[:n] + toks(1, ODD, 52) * (n == 14)))
+        check(got == hits, f"lookup of {n} tokens: {got}, expected {hits}")
+    c = _prefill(pk, ODD, pool, cache, A[:12], 4)
+    check(ints(c.blocks)[:2] == [0, 1] and int(cache.n_hit_tokens) == 16,
+          f"a prompt cached whole: table {ints(c.blocks)}, n_hit_tokens {cache.n_hit_tokens}")
+
+
+@register("prefix_cache")
+def pc_keys(pk, ref):
+    """Whole-prefix keys, insert's count, the cache's one reference, a block caching one key only."""
+    pool = pk.BlockPool(ODD, 24, 4)
+    cache = pk.PrefixCache(pool)
+    P, Q, R, Y, Z = (toks(4, ODD, 60 + i) for i in range(5))
+    X = [(P[0] + 1) % ODD.vocab] + P[1:]
+    t = toks(1, ODD, 66)
+    a = _own_blocks(pk, pool, P + Q + R + t, 1)                        # 0 1 2 3
+    check(int(cache.insert(P + Q + R + t, a)) == 3, "insert of 13 tokens must cache its 3 full blocks")
+    check([pool.refcount(b) for b in a] == [2, 2, 2, 1], f"refcounts {[pool.refcount(b) for b in a]}: the cache "
+                                                           "holds one reference on each block it caches")
+    check(ints(cache.lookup(X + Q + R + t)) == [], "the same blocks after another first block must not match")
+    check(ints(cache.lookup(P + Q + R + t)) == [0, 1, 2], "lookup of P Q R t")
+    c = _own_blocks(pk, pool, X + Q + R, 2)                             # 4 5 6
+    check(int(cache.insert(X + Q + R, c)) == 3, "insert of X Q R: its 3 keys are new")
+    check(ints(cache.lookup(X + Q + R + t)) == c, f"lookup of X Q R t: {ints(cache.lookup(X + Q + R + t))}")
+    d = _own_blocks(pk, pool, Y + Z, 3)                                 # 7 8
+    check(int(cache.insert(Y + Z, [a[0], d[1]])) == 1 and pool.refcount(a[0]) == 2,
+          "a block that caches one key is not cached under another")
+    check(int(cache.insert(P + Q + R + t, a)) == 0 and int(cache.n_cached) == 7, "keys cached already: nothing new")
+
+
+@register("prefix_cache")
+def pc_logits(pk, ref):
+    """Cached prefills give the contiguous forward's logits, and read the K/V stored in the hit blocks:
+    after the test overwrites a cached block, the logits equal the reference's on the same storage."""
+    outs = {}
+    for name, mod in (("impl", pk), ("ref", ref)):
+        pool = mod.BlockPool(ODD, 20, 3)
+        cache = mod.PrefixCache(pool)
+        S = toks(10, ODD, 70)
+        seqs = [_prefill(mod, ODD, pool, cache, S + q) for q in ([1, 2], [3, 4, 5], [1, 2, 6, 7, 8])]
+        for s in seqs[:2]:
+            _release(pool, s.blocks)
+            s.blocks, s.length = [], 0
+        rng = np.random.default_rng(71)
+        for b in (0, 1):                                   # blocks 0 and 1 cache S's first 6 tokens
+            pool.k[:, b] = rng.standard_normal(pool.k[:, b].shape)
+        seq = mod.PagedSequence(pool)
+        outs[name] = np.asarray(mod.cached_prefill(params(ODD), ODD, seq, S + [9], cache))
+    close(outs["impl"], outs["ref"], 1e-10, "a cached prefill after the test overwrote two cached blocks")
+
+
+@register("prefix_cache")
+def pc_eviction(pk, ref):
+    """Recency from insert (a use counts the deepest block first), lookup changes nothing, evict takes
+    the least recently used blocks only the cache holds, returns how many, and never cascades."""
+    pool = pk.BlockPool(ODD, 16, 4)
+    cache = pk.PrefixCache(pool)
+    A = toks(13, ODD, 80)
+    a = _prefill(pk, ODD, pool, cache, A)                              # 0 1 2 (3): recency 2 1 0
+    b = _prefill(pk, ODD, pool, cache, A[:8] + toks(5, ODD, 81))       # 0 1 4 5: 4 new; use 4 1 0 -> 2 4 1 0
+    for s in (a, b):
+        _release(pool, s.blocks)
+    cache.lookup(A)
+    cache.lookup(A[:9])
+    c = _prefill(pk, ODD, pool, cache, A[:4] + toks(5, ODD, 82))       # 0 3 5: 3 new; use 3 0 -> 2 4 1 3 0
+    check(ints(c.blocks) == [0, 3, 5], f"third request's table {ints(c.blocks)}, expected [0, 3, 5]")
+    check(int(cache.evict(0)) == 0 and int(cache.evict(1)) == 1 and pool.refcount(2) == 0,
+          "evict(1) must release the least recently used block, 2")
+    _release(pool, c.blocks)
+    check(_evicted_in_order(pool, cache) == [4, 1, 3, 0], "eviction order after the third request")
+    # no cascade: P Q cached by s (freed), P Q R by t, which holds its blocks
+    P, Q, R = (toks(4, ODD, 83 + i) for i in range(3))
+    s = _own_blocks(pk, pool, P + Q)
+    cache.insert(P + Q, s)
+    t = _own_blocks(pk, pool, P + Q + R)
+    check(int(cache.insert(P + Q + R, t)) == 1, "insert of P Q R: only its third key is new")
+    _release(pool, s)
+    check(int(cache.evict(10)) == 2 and int(cache.n_cached) == 1 and pool.refcount(t[2]) == 2,
+          "evict(10) releases the 2 blocks only the cache holds; P Q R's block stays cached (no cascade)")
+
+
+@register("prefix_cache")
+def pc_exhaustion(pk, ref):
+    """cached_prefill evicts exactly the shortfall, least recently used first and never a hit (not even
+    the oldest block); a prompt that cannot fit raises MemoryError and changes nothing."""
+    pool = pk.BlockPool(ODD, 10, 4)
+    cache = pk.PrefixCache(pool)
+    A, U = toks(13, ODD, 90), toks(9, ODD, 91)
+    for prompt in (A, U):                                  # cached: 0 1 2 (A) and 3 4 (U): LRU 2 1 0 4 3
+        s = _prefill(pk, ODD, pool, cache, prompt)
+        _release(pool, s.blocks)
+    held = [pool.alloc() for _ in range(3)]                # 2 free left
+    seq = pk.PagedSequence(pool)
+    before = state(pool, [seq])
+    raises(MemoryError, pk.cached_prefill, params(ODD), ODD, seq, A[:4] + toks(25, ODD, 92), cache)   # 7 > 2 + 4
+    unchanged(before, pool, [seq], "a cached prefill that does not fit")
+    check(int(cache.n_cached) == 5, "a cached prefill that does not fit must evict nothing")
+    b = _prefill(pk, ODD, pool, cache, A[:4] + toks(18, ODD, 93))     # needs 5: evicts 2 1 4, never the hit 0
+    check(ints(b.blocks)[0] == 0 and sorted(ints(b.blocks)[1:]) == [1, 2, 4, 8, 9],
+          f"table {ints(b.blocks)}: hit 0, then the 2 free blocks and the 3 oldest cached ones but the hit")
+    check(pool.refcount(3) == 1, "block 3 (U's block 0, used after U's block 1) must stay cached")
+    _release(pool, held)
+
+
+@register("prefix_cache")
+def pc_errors(pk, ref):
+    """ValueError, nothing changed: a sequence that is not empty or on another pool, a free id among
+    the blocks insert would cache, evict(-1)."""
+    pool = pk.BlockPool(ODD, 12, 4)
+    cache = pk.PrefixCache(pool)
+    A = toks(9, ODD, 95)
+    a = _prefill(pk, ODD, pool, cache, A)
+    b = pool.alloc()                                       # the test's block, lent to the sequences below
+    before = state(pool, [a])
+    for kind in ("filled", "reserved", "other"):
+        seq = pk.PagedSequence(pk.BlockPool(ODD, 4, 4) if kind == "other" else pool)
+        if kind != "other":
+            pool.incref(b)
+            seq.blocks, seq.length = [b], 1 if kind == "filled" else 0
+        raises(ValueError, pk.cached_prefill, params(ODD), ODD, seq, A, cache)
+        if kind != "other":
+            pool.decref(b)
+        unchanged(before, pool, [a], f"cached_prefill on a {kind} sequence")
+    T = toks(13, ODD, 96)
+    own = _own_blocks(pk, pool, T)
+    before = state(pool, [a])
+    free = next(b for b in range(pool.n_blocks) if pool.refcount(b) == 0)
+    raises(ValueError, cache.insert, T, [own[0], free, own[2]])
+    raises(ValueError, cache.evict, -1)
+    unchanged(before, pool, [a], "insert with a free block, evict(-1)")
+    check(int(cache.n_cached) == 2, "a failed insert caches nothing")
+
+
+def differential_cache(pk, ref, seed, n_actions=40):
+    """Random requests (on shared prefixes), releases and evictions on both implementations: the
+    same tables, refcounts, logits, errors, n_cached and n_hit_tokens after every action."""
+    rng = np.random.default_rng(seed)
+    B = int(rng.choice([1, 2, 3, 4, 5]))
+    n_blocks = int(rng.integers(8, 24))
+    bases = [toks(int(rng.integers(2, 5)) * B + int(rng.integers(0, B)), ODD, 200 + seed * 7 + i) for i in range(3)]
+    world = {name: {"mod": mod, "pool": mod.BlockPool(ODD, n_blocks, B), "seqs": []} for name, mod in
+             (("impl", pk), ("ref", ref))}
+    for w in world.values():
+        w["cache"] = w["mod"].PrefixCache(w["pool"])
+    for n in range(n_actions):
+        roll = rng.random()
+        live = len(world["ref"]["seqs"])
+        if roll < 0.5 or not live:
+            base = bases[int(rng.integers(len(bases)))]
+            prompt = base[:int(rng.integers(1, len(base) + 1))] + toks(int(rng.integers(0, 2 * B + 1)), ODD,
+                                                                         int(rng.integers(1 << 20)))
+            action = ("request", prompt[:ODD.max_len])
+        elif roll < 0.75:
+            action = ("release", int(rng.integers(live)))
+        else:
+            action = ("evict", int(rng.integers(0, 4)))
+        got = {}
+        for name, w in world.items():
+            pool, cache, mod = w["pool"], w["cache"], w["mod"]
+            try:
+                if action[0] == "request":
+                    seq = mod.PagedSequence(pool)
+                    out = np.asarray(mod.cached_prefill(params(ODD), ODD, seq, action[1], cache))
+                    w["seqs"].append(seq)
+                    got[name] = (out, None)
+                elif action[0] == "release":
+                    seq = w["seqs"].pop(action[1])
+                    _release(pool, seq.blocks)
+                    got[name] = (None, None)
+                else:
+                    got[name] = (int(cache.evict(action[1])), None)
+            except Exception as e:  # noqa: BLE001
+                if action[0] == "request":
+                    w["seqs"].append(mod.PagedSequence(pool))
+                got[name] = (None, _kind(e))
+        what = f"prefix cache seed {seed} (B={B}, {n_blocks} blocks), action {n} {action[0]}"
+        (out, err), (rout, rerr) = got["impl"], got["ref"]
+        check(err == rerr, f"{what}: error {err}, reference {rerr}")
+        if isinstance(rout, np.ndarray):
+            close(out, rout, 1e-10, f"{what} logits")
+        else:
+            check(out == rout, f"{what}: returned {out}, reference {rout}")
+        st, rst = ({**state(w["pool"], w["seqs"]), "n_cached": int(w["cache"].n_cached),
+                    "n_hit_tokens": int(w["cache"].n_hit_tokens)} for w in (world["impl"], world["ref"]))
+        check(st == rst, f"{what}: state {st}, reference {rst}")
+
+
 # ====================================================== differential fuzzing (variants only)
 def _kind(e):
     for k in (MemoryError, ValueError):
@@ -844,6 +1090,8 @@ def run_checks(pk, ref, names=None, quiet=False):
     for name, (part, fn) in CHECKS.items():
         if names is not None and name not in names:
             continue
+        if part in BONUS_PARTS and not has_bonus(pk):
+            continue                    # the bonus not attempted: nothing of it to check
         sink = io.StringIO()
         try:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -952,6 +1200,8 @@ def verify_variants(ref, verbose=False):
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     differential(pk, ref, seed)
+                    if has_bonus(pk):
+                        differential_cache(pk, ref, seed)
             except Exception as e:  # noqa: BLE001
                 problems.append(f"variant {name}: differential: {type(e).__name__}: {e}")
                 break

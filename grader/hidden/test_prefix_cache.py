@@ -1,0 +1,186 @@
+"""Part 5 (bonus), the prefix cache, on hidden inputs. Scripts of requests prefilled through one
+PrefixCache, sequences the test builds itself (it takes their blocks with pool.alloc and stores
+their K/V: no paged_step), and the cache's own calls (scenarios.prefix_script). Judged on what
+Part 5 owns (rules.part5_view): hits and lookups with every block named by what it was made for,
+the blocks the cache holds (its own reference), n_cached, n_hit_tokens, errors and all-or-nothing;
+and the logits of a cached prefill against the same implementation's prefill without the cache.
+Every script runs on TINY; the tokens, block sizes, lengths and pool sizes are drawn per student.
+The keys, eviction and errors scripts never call paged_step except through cached_prefill."""
+from grader.hidden.inputs import Case, pick, tokens
+from grader.hidden.judges import PART5_FIELDS, prefix_judge
+
+VOCAB = 256          # TINY's
+
+
+def prefix_case(name, actions, block_size, n_blocks=64, twin=False, param_seed=0):
+    return Case(name, "prefix_script", {"cfg": None, "param_seed": param_seed, "n_blocks": n_blocks,
+                                        "block_size": block_size, "actions": actions, "twin": twin})
+
+
+def seed(rng):
+    return int(rng.integers(1 << 30))
+
+
+def other(rng, first, n):
+    """n tokens whose first differs from `first`: a question that leaves a shared prompt at once."""
+    out = tokens(rng, n)
+    if out and out[0] == first:
+        out[0] = (first + 1) % VOCAB
+    return out
+
+
+def system_prompt(rng, B, blocks=(2, 4)):
+    """A shared prompt of k full blocks and r more tokens (0 <= r < B)."""
+    return tokens(rng, int(rng.integers(*blocks)) * B + int(rng.integers(0, B)))
+
+
+def plan_hits(rng):
+    cases = []
+    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 8)), 1):
+        S = system_prompt(rng, B, blocks=(2, 4) if B > 1 else (5, 12))
+        k = len(S) // B
+        q1 = tokens(rng, int(rng.integers(1, 2 * B + 2)))
+        q2 = other(rng, q1[0], int(rng.integers(1, 2 * B + 2)))
+        j = int(rng.integers(1, k + 1)) * B
+        actions = [["request", S + q1], ["request", S + q2], ["request", S + q1],
+                   ["lookup", S[:B]], ["lookup", S[:B + 1]], ["lookup", S[:j]], ["lookup", S + q1 + q2],
+                   ["release", 0], ["release", 1],
+                   ["request", S[:k * B]], ["request", S[:j] + other(rng, S[j] if j < len(S) else q1[0], 2)],
+                   ["request", other(rng, S[0], int(rng.integers(1, 3 * B)))], ["request", S + q2]]
+        cases.append(prefix_case(f"block size {B}", actions, B, n_blocks=12 * (len(S) + 4 * B) // B + 8))
+    return cases
+
+
+def plan_keys(rng):
+    cases = []
+    for B in (pick(rng, (2, 3, 4)), pick(rng, (5, 6, 8))):
+        P, Q, R, R2, R3, Y, Z = (tokens(rng, B) for _ in range(7))
+        X, Q2 = other(rng, P[0], B), other(rng, Q[0], B)
+        tail = tokens(rng, int(rng.integers(1, B))) if B > 1 else []
+        t = tokens(rng, 1)
+        actions = [["seq", P + Q + R + tail, seed(rng)], ["insert", 0],
+                   ["lookup", X + Q + R + t], ["lookup", P + Q2 + R + t], ["lookup", P + Q + R],
+                   ["lookup", P + Q + R + t],
+                   ["seq", X + Q + R, seed(rng)], ["insert", 1], ["lookup", X + Q + R + t],
+                   ["seq", P + Q + R + t, seed(rng)], ["insert", 2], ["insert", 0],
+                   ["seq", P + Q + R2 + R3, seed(rng)], ["insert", 3], ["lookup", P + Q + R2 + R3 + t],
+                   ["seq", Y + Z, seed(rng)], ["insert", 4, 2 * B, [[0, 0], 1]], ["lookup", Y + Z + t],
+                   ["lookup", P + Q + R + t], ["insert", 4], ["lookup", Y + Z + t], ["lookup", t + P + Q]]
+        cases.append(prefix_case(f"block size {B}", actions, B))
+    return cases
+
+
+def plan_logits(rng):
+    cases = []
+    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 8, 16))):
+        S = system_prompt(rng, B, blocks=(2, 4))
+        q = [tokens(rng, int(rng.integers(1, 2 * B + 2)))]
+        q += [other(rng, q[0][0], int(rng.integers(1, 2 * B + 2))) for _ in range(3)]
+        # Overwrites come after every block a later request hits was computed: a block computed after
+        # an overwrite of its prefix holds K/V that no prefill without the cache would compute.
+        actions = [["request", S + q[0]], ["request", S + q[1]], ["request", S + q[0] + q[3]],
+                   ["release", 0], ["release", 1],
+                   ["overwrite", 0, 0, seed(rng)], ["overwrite", 0, 1, seed(rng)],      # the cache alone holds them
+                   ["request", S + q[2]],                                             # a true hit reads them
+                   ["overwrite", 2, len(S + q[0]) // B - 1, seed(rng)],              # seq 2 still holds it
+                   ["request", S + q[0] + q[3]]]
+        cases.append(prefix_case(f"block size {B}", actions, B, twin=True, param_seed=int(rng.integers(1 << 20))))
+    return cases
+
+
+def plan_eviction(rng):
+    B = pick(rng, (2, 3, 4, 5))
+    P, Q, R, R2, R3, W = (tokens(rng, B) for _ in range(6))
+    t = tokens(rng, 1)
+    actions = [["seq", P + Q + R + t, seed(rng)], ["insert", 0],          # 0.0 0.1 0.2 cached, oldest first 0.2 0.1 0.0
+               ["seq", P + Q + R2, seed(rng)], ["insert", 1],             # its use: 1.2 0.1 0.0 -> 0.2 1.2 0.1 0.0
+               ["release", 0], ["release", 1], ["evict", 1],               # the tail: 0.2
+               ["seq", P + Q + R3 + W, seed(rng)], ["insert", 2],         # 1.2 2.2 2.3 0.1 0.0; seq 2 holds 2.x
+               ["evict", 0], ["evict", 1], ["evict", 5],                   # 1.2, then 0.1 0.0 (2.2 2.3 held)
+               ["lookup", P + Q + R3 + W + t],                            # no cascade: 2.2, 2.3 cached, unreachable
+               ["seq", P + Q, seed(rng)], ["insert", 3], ["lookup", P + Q + R3 + W + t],
+               ["release", 2], ["release", 3], ["evict", 1], ["evict", 2], ["evict", 9]]
+    cases = [prefix_case(f"a hand-made script, block size {B}", actions, B)]
+    for i in range(2):
+        B = pick(rng, (1, 2, 3, 4))
+        cases.append(prefix_case(f"random script {i + 1}, block size {B}", random_eviction_script(rng, B), B))
+    return cases
+
+
+def random_eviction_script(rng, B, length=40):
+    """Sequences on a few shared prefixes, inserted, released and evicted in random order."""
+    bases = [tokens(rng, int(rng.integers(2, 5)) * B) for _ in range(3)]
+    live, actions, n = [], [], 0
+    for _ in range(length):
+        roll = rng.random()
+        if roll < 0.35 or not live:
+            base = pick(rng, bases)
+            cut = int(rng.integers(1, len(base) // B + 1)) * B
+            actions += [["seq", base[:cut] + tokens(rng, int(rng.integers(0, 2 * B + 1))), seed(rng)], ["insert", n]]
+            live.append(n)
+            n += 1
+        elif roll < 0.55:
+            actions.append(["release", live.pop(int(rng.integers(len(live))))])
+        elif roll < 0.65:
+            actions.append(["insert", pick(rng, live)])
+        elif roll < 0.9:
+            actions.append(["evict", int(rng.integers(0, 4))])
+        else:
+            base = pick(rng, bases)
+            actions.append(["lookup", base + tokens(rng, 1)])
+    return actions
+
+
+def plan_exhaustion(rng):
+    cases = []
+    for B in (pick(rng, (3, 4)), pick(rng, (5, 6))):
+        A = tokens(rng, 3 * B + int(rng.integers(1, B)))          # 3 full blocks cached, a 4th partly filled
+        U = other(rng, A[0], 2 * B + int(rng.integers(1, B)))     # 2 full blocks cached
+        n = 12 + int(rng.integers(0, 4))
+
+        def longer(blocks):
+            """A's first block, then tokens of its own: `blocks` more blocks (never a whole number of blocks)."""
+            return A[:B] + other(rng, A[B], blocks * B - int(rng.integers(1, B)))
+
+        actions = [["request", A], ["request", U], ["release", 0], ["release", 1],    # LRU first: 0.2 0.1 0.0 1.1 1.0
+                   ["hold_until", 2], ["request", longer(5)],      # short by 3: 0.2 0.1 1.1, never the hit 0.0
+                   ["release", 2],                                 # 1 free; 5 cached blocks it may evict
+                   ["request", longer(7)],                         # 1 + 5 < 7: MemoryError, nothing evicted
+                   ["request", longer(6)],                         # 1 + 5 = 6: evicts all 5, never 0.0
+                   ["release", 4], ["unhold"], ["hold_until", 0],
+                   ["request", longer(2)],                         # evicts the two oldest it may
+                   ["request", A + tokens(rng, B)], ["unhold"], ["request", longer(5)]]
+        cases.append(prefix_case(f"block size {B}, {n} blocks", actions, B, n_blocks=n))
+    return cases
+
+
+def plan_errors(rng):
+    B = pick(rng, (2, 3, 4, 5))
+    S = tokens(rng, 2 * B + int(rng.integers(1, B + 1)))
+    T = tokens(rng, 3 * B + 1)
+    bad = int(rng.integers(VOCAB, VOCAB + 50))
+    actions = [["request", S], ["hold", 1],
+               ["bad_prefill", "filled", S], ["bad_prefill", "reserved", S], ["bad_prefill", "other_pool", S],
+               ["request", S[:2 * B] + [bad]], ["request", S[:2 * B] + [1, bad, 2]], ["request", []],
+               ["seq", T, seed(rng)], ["insert", 4, len(T), [0, 1]], ["insert", 4, len(T), [0, "freed", 2]],
+               ["insert", 4, len(T), [0, 1, "past"]], ["insert", 4, len(T), ["neg", 1, 2]],
+               ["evict", -1], ["evict", 0], ["insert", 4], ["release", 4],
+               ["hold_until", 0], ["request", S[:2 * B] + [bad]], ["bad_prefill", "filled", S],
+               ["request", S + tokens(rng, 4 * B)]]                # and the pool is full: MemoryError
+    return [prefix_case(f"block size {B}", actions, B, n_blocks=24)]
+
+
+PLANS = {
+    "prefix_cache.hits": plan_hits,
+    "prefix_cache.keys": plan_keys,
+    "prefix_cache.logits": plan_logits,
+    "prefix_cache.eviction": plan_eviction,
+    "prefix_cache.exhaustion": plan_exhaustion,
+    "prefix_cache.errors": plan_errors,
+}
+JUDGES = {check: prefix_judge(PART5_FIELDS[check.split(".")[1]], twin=check == "prefix_cache.logits")
+          for check in PLANS}
+
+
+def test_prefix_cache(case, judge):
+    judge(case)
