@@ -43,13 +43,15 @@ def first_mismatch(expected, got, tol=LOGITS_TOL, path="answer"):
         if not isinstance(got, list):
             return path, f"expected a list, got {_name(got)}"
         flat = all(isinstance(x, (int, str)) for x in expected + got)   # tables, refcounts: show them whole
-        whole = (path, f"expected {expected}, got [{', '.join(_show(x) for x in got)}]")
+
+        def whole():    # built only when shown: a list of arrays would otherwise be printed for nothing
+            return path, f"expected {expected}, got [{', '.join(_show(x) for x in got)}]"
         if len(got) != len(expected):
-            return whole if flat else (path, f"expected {len(expected)} items, got {len(got)}")
+            return whole() if flat else (path, f"expected {len(expected)} items, got {len(got)}")
         for i, (e, g) in enumerate(zip(expected, got)):
             found = first_mismatch(e, g, tol, f"{path}[{i}]")
             if found:
-                return whole if flat else found
+                return whole() if flat else found
         return None
     if expected is None:
         if got is None:
