@@ -7,13 +7,18 @@ Every Chinese heading is preceded by an anchor naming the English heading it tra
     heading has its anchor's level;
   - per section (a heading down to the next one): the fenced blocks, in order, byte-equal; the
     inline code spans, as a multiset, byte-equal; the numbers written as digits in the rest of the
-    text (tables included, HTML comments and code left out), as a multiset;
+    text (tables included, HTML comments and code left out), as a multiset; the lines that open and
+    close the bonus regions (`<!-- bonus -->`, `<!-- /bonus -->`), as counts;
   - a picture may have its labels translated: a block the Chinese edition fences as ```text where
     the English fence has no language; it must have as many lines, and on each line the same
     numbers, [cells], "quoted strings" and calls f(...), in the same order;
-  - the grading tables: the Chinese one has the rubric's rows (part, points) in the rubric's order,
-    with the titles of grader/rubric_zh.py, which has one for every check of rubric.CHECKS; its
-    totals equal the English table's (which checks/test_handout.py tests equal to the rubric).
+  - the grading tables: the Chinese table of Parts 1-4 and its extra-credit table (the bonus
+    checks) have the rubric's rows (part, points) in the rubric's order, with the titles of
+    grader/rubric_zh.py, which has one for every check of the rubric, bonus included whether or not
+    rubric.BONUS switches it on; their totals equal the English tables' (which
+    checks/test_handout.py tests equal to the rubric);
+  - with the bonus switched off, the handout's two editions (bonus regions stripped by
+    tools/build_handout.py) still agree, and the Chinese one has no bonus text left.
 Each comparison is proven able to fail on modified copies of the real files.
 """
 import difflib
@@ -30,12 +35,15 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 import build_handout  # noqa: E402
 from grader import rubric, rubric_zh  # noqa: E402
-from test_handout import grading_table  # noqa: E402    the one parser of grading tables
+from test_handout import BONUS_TABLE, grading_table  # noqa: E402    the one parser of grading tables
 
 EN, ZH = ROOT / "assignment.md", ROOT / "assignment.zh-CN.md"
 README = ROOT / "handout" / "README.md"
 README_EN_START = "## English"                # the README: Chinese half first, this line starts the English
 ZH_TABLE_HEADER = "| Part | 检查项 | 分数 |"
+ZH_BONUS_TABLE = "| 加分题 Part | 检查项 | 额外分数 |"   # the extra-credit table, in a bonus region
+EN_TABLE_HEADER = "| Part | Check | Points |"
+BONUS_MARKERS = ("<!-- bonus -->", "<!-- /bonus -->")     # a line each; see tools/build_handout.py
 
 ANCHOR = re.compile(r"<!-- en: (#{1,6} .+?) -->")
 HEADING = re.compile(r"#{1,6} \S.*")
@@ -45,14 +53,15 @@ SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 NUMBER = r"(?<![A-Za-z0-9_])\d+(?:,\d{3})*(?:\.\d+)*(?:e-?\d+)?"
 PICTURE_TOKEN = re.compile(r'"[^"]*"|\[[^\]]*\]|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\([^()]*\)|' + NUMBER, re.A)
 
-Section = namedtuple("Section", "heading anchor fences spans numbers")
+Section = namedtuple("Section", "heading anchor fences spans numbers regions")
 
 
 # ------------------------------------------------------------------------------------- parsing
 def sections(text):
     """The sections of a markdown text, split at its headings (not inside fenced blocks): the
     heading line ('' before the first), the anchor just above it (None without one), the fenced
-    blocks as (language, body), the inline code spans and the numbers of the rest."""
+    blocks as (language, body), the inline code spans and the numbers of the rest, and how many
+    lines open and close a bonus region."""
     out, prose = [], []
     heading, anchor, fences, fence, previous = "", None, [], None, ""
 
@@ -60,7 +69,8 @@ def sections(text):
         rest = COMMENT.sub("", "\n".join(prose))
         spans = [re.sub(r"\s*\n\s*", " ", m.group(2)) for m in SPAN.finditer(rest)]
         numbers = re.findall(NUMBER, SPAN.sub(" ", rest))
-        out.append(Section(heading, anchor, fences, Counter(spans), Counter(numbers)))
+        regions = tuple(sum(line.strip() == marker for line in prose) for marker in BONUS_MARKERS)
+        out.append(Section(heading, anchor, fences, Counter(spans), Counter(numbers), regions))
 
     for line in text.splitlines():
         if fence is not None:                                  # inside a fenced block
@@ -169,27 +179,45 @@ def edition_problems(en_text, zh_text):
             p = counter_diff(what, a, b)
             if p:
                 problems.append(f"{name}: {p}")
+        if e.regions != z.regions:
+            problems.append(f"{name}: bonus regions differ: lines {BONUS_MARKERS[0]} / {BONUS_MARKERS[1]}: "
+                            f"English {e.regions[0]} / {e.regions[1]}, Chinese {z.regions[0]} / {z.regions[1]}")
     return problems
 
 
+GRADING_TABLES = (("grading table", EN_TABLE_HEADER, ZH_TABLE_HEADER, False),    # (name, headers, bonus?)
+                  ("extra-credit table", BONUS_TABLE, ZH_BONUS_TABLE, True))
+
+
 def grading_problems(en_text, zh_text, checks=None, titles=None):
-    """How the Chinese grading table differs from the rubric (with the Chinese titles) and from
-    the English table's totals."""
-    checks = rubric.CHECKS if checks is None else checks
+    """How the Chinese grading tables differ from the rubric (with the Chinese titles) and from
+    the English tables' totals: the table of Parts 1-4 (rubric.PARTS) and the extra-credit table
+    (every other part). `checks`: the checks the tables must list; by default every check of the
+    rubric, bonus included whether or not rubric.BONUS is on (the editions hold both tables, and
+    the handout build strips the extra-credit one when it is off)."""
+    checks = rubric._checks(True) if checks is None else checks
     titles = rubric_zh.TITLES if titles is None else titles
     problems = [f"grader/rubric_zh.py has no Chinese title for {cid}" for cid in checks if not titles.get(cid)]
-    try:
-        zh_rows, zh_totals = grading_table(zh_text, ZH_TABLE_HEADER)
-    except ValueError as e:
-        return problems + [f"the Chinese grading table (header {ZH_TABLE_HEADER!r}) cannot be read: {e}"]
-    _, en_totals = grading_table(en_text)
-    want = [(c.part, titles.get(c.id), c.points) for c in checks.values()]
-    if zh_rows != want:
-        n = next((i for i, (g, w) in enumerate(zip(zh_rows + [None], want + [None])) if g != w), None)
-        problems.append(f"the Chinese grading table differs from the rubric at check {n + 1}: "
-                        f"expected {want[n] if n < len(want) else None}, got {zh_rows[n] if n < len(zh_rows) else None}")
-    if zh_totals != en_totals:
-        problems.append(f"the Chinese grading table's totals {zh_totals} differ from the English {en_totals}")
+    for what, en_header, zh_header, bonus in GRADING_TABLES:
+        want = [(c.part, titles.get(c.id), c.points) for c in checks.values() if (c.part not in rubric.PARTS) == bonus]
+        try:
+            zh_table = grading_table(zh_text, zh_header)
+        except ValueError as e:
+            problems.append(f"the Chinese {what} (header {zh_header!r}) cannot be read: {e}")
+            continue
+        if zh_table is None:
+            if want:
+                problems.append(f"the Chinese {what} (header {zh_header!r}) is missing")
+            continue
+        zh_rows, zh_totals = zh_table
+        en_table = grading_table(en_text, en_header)
+        en_totals = en_table and en_table[1]
+        if zh_rows != want:
+            n = next(i for i, (g, w) in enumerate(zip(zh_rows + [None], want + [None])) if g != w)
+            problems.append(f"the Chinese {what} differs from the rubric at check {n + 1}: "
+                            f"expected {want[n] if n < len(want) else None}, got {zh_rows[n] if n < len(zh_rows) else None}")
+        if zh_totals != en_totals:
+            problems.append(f"the Chinese {what}'s totals {zh_totals} differ from the English {en_totals}")
     return problems
 
 
@@ -213,16 +241,21 @@ def test_the_readme_halves_match():
 
 
 def test_rubric_zh_titles_every_check():
-    missing = [cid for cid in rubric.CHECKS if not rubric_zh.TITLES.get(cid)]
+    """Every check of the rubric, the bonus's too whether or not the course switched it on (the
+    Chinese edition's extra-credit table names them all, as the English one does)."""
+    every = rubric._checks(True)
+    missing = [cid for cid in every if not rubric_zh.TITLES.get(cid)]
     assert not missing, f"grader/rubric_zh.py has no Chinese title for {missing}"
+    stray = sorted(set(rubric_zh.TITLES) - set(every))
+    assert not stray, f"grader/rubric_zh.py has titles for checks the rubric does not have: {stray}"
     untranslated = [cid for cid, t in rubric_zh.TITLES.items() if not re.search(r"[\u4e00-\u9fff]", t)]
     assert not untranslated, f"titles without a Chinese word: {untranslated}"
-    titles = [rubric_zh.TITLES[cid] for cid in rubric.CHECKS]
+    titles = [rubric_zh.TITLES[cid] for cid in every]
     assert len(set(titles)) == len(titles), "two checks have the same Chinese title"
 
 
 def test_the_handout_ships_both_editions(tmp_path):
-    with zipfile.ZipFile(build_handout.build(tmp_path / "handout.zip")) as z:
+    with zipfile.ZipFile(build_handout.build(tmp_path / "handout.zip", bonus=True)) as z:
         top = build_handout.TOP
         names = z.namelist()
         for name in ("assignment.md", "assignment.zh-CN.md", "README.md"):
@@ -232,6 +265,40 @@ def test_the_handout_ships_both_editions(tmp_path):
     _, chinese = readme_halves(README.read_text())
     for must in ("`assignment.zh-CN.md`", "\nmake demo LANG=zh ", "用中文打印", "失败消息是英文的"):
         assert must in chinese, f"the Chinese README does not say {must!r}"
+
+
+@pytest.fixture
+def bonus_off():
+    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
+    was = rubric.BONUS
+    rubric.switch_bonus(False)
+    yield
+    rubric.switch_bonus(was)
+
+
+# Words only the bonus text uses: in the Chinese edition, or in English the Chinese keeps.
+ZH_BONUS_WORDS = ("Part 5", "加分", "额外", "prefix_cache", "PrefixCache", "cached_prefill", "前缀缓存", "系统提示",
+                  "演示 5", "淘汰", "bonus", "extra credit")
+
+
+def test_switching_the_bonus_off_strips_the_chinese_edition_too(bonus_off, tmp_path):
+    """rubric.switch_bonus(False): the handout build (reading rubric.BONUS) leaves no bonus text in
+    assignment.zh-CN.md, and the two stripped editions still agree, grading tables included (Parts
+    1-4 alone, no extra-credit table)."""
+    with zipfile.ZipFile(build_handout.build(tmp_path / "off.zip")) as z:
+        en, zh = (z.read(f"{build_handout.TOP}/{name}").decode("utf-8") for name in ("assignment.md", "assignment.zh-CN.md"))
+    source = ZH.read_text()
+    for word in ZH_BONUS_WORDS + BONUS_MARKERS:
+        assert word in source, f"{word!r} is not in assignment.zh-CN.md at all: update the list"
+        assert word not in zh, f"{word!r} is left in the Chinese edition with the bonus off"
+    assert "## Part 5" not in en and "<!-- bonus -->" not in en      # checks/test_handout.py has the rest
+    problems = edition_problems(en, zh) + grading_problems(en, zh, checks=rubric.CHECKS)
+    assert not problems, report(problems)
+    assert grading_table(zh, ZH_BONUS_TABLE) is None
+    assert grading_table(zh, ZH_TABLE_HEADER)[0] == \
+        [(c.part, rubric_zh.TITLES[c.id], c.points) for c in rubric.CHECKS.values()]
+    assert [s.anchor for s in sections(zh)] == \
+        [s.anchor for s in sections(source) if not (s.anchor or "").startswith(("## Part 5", "### Demo 5"))]
 
 
 # -------------------------------------------------------------------- the check can fail: proofs
@@ -349,6 +416,11 @@ def test_a_changed_number_is_caught(texts):
 
 
 @pytest.mark.parametrize("row, wrong, caught", [
+    ("| `prefix_cache` | 池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变 | 1 |",
+     "| `prefix_cache` | 池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变 | 2 |",
+     "extra-credit table differs from the rubric at check 5"),
+    ("| `prefix_cache` | **合计，Part 5（加分题）** | **10** |", "| `prefix_cache` | **合计，Part 5（加分题）** | **11** |",
+     "extra-credit table's totals"),
     ("| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 5 |",
      "| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 4 |", "differs from the rubric at check 2"),
     ("| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 5 |",
@@ -373,20 +445,55 @@ def test_swapped_grading_rows_are_caught(texts):
     assert any("differs from the rubric at check 4" in p for p in grading_new(en, swapped))
 
 
-def test_a_check_without_a_chinese_title_is_caught(texts):
-    """The bonus checks are added to rubric.CHECKS elsewhere: any check there needs a title here."""
+@pytest.mark.parametrize("part, row", [("copy_on_write", 29), ("prefix_cache", 7)])
+def test_a_check_without_a_chinese_title_is_caught(texts, part, row):
+    """A check added to the rubric, in Parts 1-4 or in the bonus, needs a title here and a row in
+    its table (the 29th of Parts 1-4's, the 7th of the extra-credit one)."""
     en, zh = texts
-    checks = dict(rubric.CHECKS)
-    checks["prefix_cache.hits"] = rubric.Check("prefix_cache.hits", "prefix_cache", 3, "cache hits", "Part 5")
+    checks = dict(rubric._checks(True))
+    checks[f"{part}.new"] = rubric.Check(f"{part}.new", part, 3, "a new check", rubric.SECTIONS[part])
     problems = grading_new(en, zh, checks=checks)
-    assert "grader/rubric_zh.py has no Chinese title for prefix_cache.hits" in problems
-    assert any("differs from the rubric at check" in p for p in problems)
+    assert f"grader/rubric_zh.py has no Chinese title for {part}.new" in problems, problems
+    table = "extra-credit table" if part == "prefix_cache" else "grading table"
+    assert f"the Chinese {table} differs from the rubric at check {row}: expected ('{part}', None, 3), got None" \
+        in problems, problems
 
 
-def test_a_missing_chinese_grading_table_is_caught(texts):
+@pytest.mark.parametrize("header", [ZH_TABLE_HEADER, ZH_BONUS_TABLE])
+def test_a_missing_or_unreadable_chinese_grading_table_is_caught(texts, header):
     en, zh = texts
-    problems = grading_new(en, mutate(zh, ZH_TABLE_HEADER, "| Part | Check | Points |"))
-    assert any("cannot be read" in p for p in problems), problems
+    table = "extra-credit table" if header == ZH_BONUS_TABLE else "grading table"
+    problems = grading_new(en, mutate(zh, header, "| Part | Check | Points |"))
+    assert f"the Chinese {table} (header {header!r}) is missing" in problems, problems
+    start = zh.index(header)
+    row = zh[zh.index("\n|", zh.index("\n", start) + 1) + 1:]          # the table's first row
+    row = row[:row.index("\n")]
+    problems = grading_new(en, mutate(zh, row, row.rsplit("|", 2)[0] + "| two |"))
+    assert any(p.startswith(f"the Chinese {table} (header {header!r}) cannot be read") for p in problems), problems
+
+
+def test_the_bonus_tables_go_with_the_bonus(texts):
+    """Graded without the bonus (rubric.CHECKS of Parts 1-4), a Chinese extra-credit table left in
+    the edition is a difference; the source editions hold it, and the build strips it (below)."""
+    en, zh = texts
+    problems = grading_problems(en, zh, checks=rubric._checks(False))
+    assert any(p.startswith("the Chinese extra-credit table differs from the rubric at check 1: expected None, got "
+                            "('prefix_cache', ") for p in problems), problems
+
+
+def test_a_missing_bonus_region_is_caught(texts):
+    """A bonus line outside its region (the markers dropped in Chinese): the sync check names the
+    section, and with the bonus off the line would stay in the Chinese handout alone."""
+    en, zh = texts
+    region = "<!-- bonus -->\nPart 5 里同样不计分的有"
+    assert region in zh, "the Chinese 'What is not graded' bonus region is gone: update the proof"
+    zh2 = mutate(zh, region, region.split("\n", 1)[1]).replace("<!-- /bonus -->\n\n<!-- en: ### What a submission", "\n<!-- en: ### What a submission")
+    assert zh2.count("<!-- /bonus -->") == zh.count("<!-- /bonus -->") - 1
+    problems = all_new(en, zh2)
+    assert "section '### What is not graded': bonus regions differ: lines <!-- bonus --> / <!-- /bonus -->: " \
+           "English 1 / 1, Chinese 0 / 0" in problems, problems
+    off = edition_problems(build_handout.without_bonus_markdown(en), build_handout.without_bonus_markdown(zh2))
+    assert "section '### What is not graded': numbers: only in Chinese ['5']" in off, off
 
 
 def test_the_readme_halves_are_compared():

@@ -1,9 +1,10 @@
-"""The Chinese title of every rubric check, for assignment.zh-CN.md's grading table.
+"""The Chinese title of every rubric check, for assignment.zh-CN.md's grading tables.
 
 Points and parts live in rubric.py only; this file holds words. checks/test_handout_sync.py
-demands a title here for every check in rubric.CHECKS (bonus checks included when rubric.BONUS),
-and the Chinese grading table equal to these titles, in the rubric's order, with the rubric's
-parts and points. A new check needs its line here and its row in both editions.
+demands a title here for every check of the rubric, bonus checks included (whether or not
+rubric.BONUS switches them on), and the Chinese grading tables (Parts 1-4, then the extra-credit
+one) equal to these titles, in the rubric's order, with the rubric's parts and points. A new check
+needs its line here and its row in both editions.
 """
 
 TITLES = {
@@ -38,4 +39,11 @@ TITLES = {
     "copy_on_write.sharing_invariance": "共享不改变任何结果：logits 和 K/V 与不共享时相同",
     "copy_on_write.parallel_sampling": "并行采样：提示的块被共享，复制 n - 1 次，没有泄漏，节省量在范围内",
     "copy_on_write.beam_search": "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内",
+
+    "prefix_cache.hits": "cached_prefill：命中的块（按来历称呼）、计算的行数、n_hit_tokens、lookup 的上限",
+    "prefix_cache.keys": "lookup 和 insert：以整个前缀为键（跟在别的前缀后面的块不命中）、insert 返回的块数、被缓存的块",
+    "prefix_cache.logits": "带缓存的 prefill 的 logits 等于你自己不用缓存的 prefill，测试改写了命中的块之后也是",
+    "prefix_cache.eviction": "evict：哪些块留在缓存里（最近最少使用的先淘汰、从尾部开始、不连锁、被持有的块保留）以及它返回的块数",
+    "prefix_cache.exhaustion": "池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变",
+    "prefix_cache.errors": "错误地调用 cached_prefill、insert 和 evict：ValueError，什么都不变",
 }

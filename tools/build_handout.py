@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOP = "paged-attention"                       # the folder the zip unpacks to
 STAMP = (2025, 1, 1, 0, 0, 0)                 # fixed timestamps: the same sources give the same zip
 BONUS_FILES = ("tests/test_prefix_cache.py",)  # left out when the course switches the bonus off
+BONUS_MARKDOWN = ("assignment.md", "assignment.zh-CN.md")   # their <!-- bonus --> regions likewise
 
 
 def handout_files():
@@ -45,8 +46,9 @@ def bonus_on():
 
 
 def without_bonus_markdown(text):
-    """assignment.md without the bonus: every region between a line `<!-- bonus -->` and a line
-    `<!-- /bonus -->` goes, with the line break before it (regions start right after a line)."""
+    """An edition of the assignment without the bonus: every region between a line `<!-- bonus -->`
+    and a line `<!-- /bonus -->` goes, with the line break before it (regions start right after a
+    line)."""
     return re.sub(r"\n<!-- bonus -->\n.*?<!-- /bonus -->\n", "\n", text, flags=re.S)
 
 
@@ -61,7 +63,7 @@ def contents(src, name, bonus):
     data = src.read_bytes()
     if bonus:
         return data
-    if name == "assignment.md":
+    if name in BONUS_MARKDOWN:
         return without_bonus_markdown(data.decode("utf-8")).encode("utf-8")
     if name == "starter/paged_kv.py":
         return without_bonus_python(data.decode("utf-8")).encode("utf-8")
