@@ -2,9 +2,10 @@
 
 Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
 id -> judge(case, expected, got, deps) -> message or None). Every case becomes one pytest item marked
-with its check. All cases of a check go to the sandbox in ONE call (the `batch` scenario), prefetched
-two checks at a time as soon as collection ends; the reference answers the same calls here, in the
-trusted process. The submission's code never runs in this process.
+with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
+two parts at a time as soon as collection ends; if that call fails, each of its checks is called
+again on its own. The reference answers the same calls here, in the trusted process. The
+submission's code never runs in this process.
 
 `deps.ok(check_id)` tells a judge whether the submission passes another part's check. A judge uses it
 only to leave out a comparison that another part owns when that part is already charged for it (one
@@ -12,6 +13,7 @@ bug, one charge), never to give points: a failing check cannot be made to pass b
 """
 import hashlib
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +23,7 @@ import pytest
 import scenarios
 from grader import rubric
 from grader.hidden.compare import first_mismatch
-from grader.sandbox import DEFAULT_DEADLINE, Sandbox
+from grader.sandbox import DEFAULT_DEADLINE, Reply, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
 DEADLINE_PER_REF_SECOND = 20.0   # a correct solution 10x slower than the reference still fits, 2x over
@@ -95,12 +97,21 @@ class Grading:
             self.sandboxes.put(Sandbox(config.getoption("--submission"), isolate=isolate,
                                        job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
+        self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
         for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
-            calls = [[c.scenario, c.inputs] for c in self.plans[check_id]]
             start = time.perf_counter()
-            self.expected[check_id] = scenarios.batch(reference, calls)
-            deadline = max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * (time.perf_counter() - start))
-            self.futures[check_id] = self.executor.submit(self._call, calls, deadline)
+            self.expected[check_id] = scenarios.batch(reference, self._calls(check_id))
+            self.ref_seconds[check_id] = time.perf_counter() - start
+            self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
+        for part, ids in self.parts.items():
+            calls = [["batch", {"calls": self._calls(c)}] for c in ids]
+            self.part_futures[part] = self.executor.submit(self._call, calls, self._deadline(ids))
+
+    def _calls(self, check_id):
+        return [[c.scenario, c.inputs] for c in self.plans[check_id]]
+
+    def _deadline(self, check_ids):
+        return max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * sum(self.ref_seconds[c] for c in check_ids))
 
     def _call(self, calls, deadline):
         box = self.sandboxes.get()
@@ -109,9 +120,24 @@ class Grading:
         finally:
             self.sandboxes.put(box)
 
+    def _reply(self, check_id):
+        """The sandbox's reply for one check. All checks of a part go in one call (a fresh worker costs
+        more than most checks); when that call fails in any way, each of its checks is called again
+        alone, so a crash or a hang costs only the check it happens in."""
+        part = rubric.CHECKS[check_id].part
+        ids = self.parts[part]
+        whole = self.part_futures[part].result()
+        if whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(ids):
+            return Reply("ok", data=whole.data[ids.index(check_id)])
+        with self.lock:
+            if check_id not in self.futures:
+                for c in ids:
+                    self.futures[c] = self.executor.submit(self._call, self._calls(c), self._deadline([c]))
+        return self.futures[check_id].result()
+
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
-        reply = self.futures[check_id].result()
+        reply = self._reply(check_id)
         if reply.status != "ok":
             pytest.fail(_no_answer(reply, rubric.PARTS.index(rubric.CHECKS[check_id].part) + 1
                                    if rubric.CHECKS[check_id].part in rubric.PARTS else 5), pytrace=False)
