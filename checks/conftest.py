@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 for _d in ("lab", "solution"):
     if str(ROOT / _d) not in sys.path:
@@ -12,3 +14,22 @@ import paged_kv  # noqa: E402
 
 assert Path(paged_kv.__file__).resolve().parent == ROOT / "solution", \
     f"checks expect the reference paged_kv, got {paged_kv.__file__}"
+
+
+def _switched(on):
+    from grader import rubric
+    was = rubric.BONUS
+    rubric.switch_bonus(on)
+    yield
+    rubric.switch_bonus(was)
+
+
+@pytest.fixture
+def bonus_off():
+    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
+    yield from _switched(False)
+
+
+@pytest.fixture
+def bonus_on():
+    yield from _switched(True)

@@ -143,23 +143,6 @@ def _failing(check_id, message):
                         else [(True, "")]) for cid in rubric.CHECKS})
 
 
-@pytest.fixture
-def bonus_off():
-    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
-    was = rubric.BONUS
-    rubric.switch_bonus(False)
-    yield
-    rubric.switch_bonus(was)
-
-
-@pytest.fixture
-def bonus_on():
-    was = rubric.BONUS
-    rubric.switch_bonus(True)
-    yield
-    rubric.switch_bonus(was)
-
-
 def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first(bonus_off):
     check = rubric.CHECKS["paged_step.prefill"]
     message = ("prefill logits equal the contiguous forward (Config 1):\n  after action 3 of 9, step(...):\n"

@@ -267,15 +267,6 @@ def test_the_handout_ships_both_editions(tmp_path):
         assert must in chinese, f"the Chinese README does not say {must!r}"
 
 
-@pytest.fixture
-def bonus_off():
-    """The rubric with the bonus switched off (as a course would, in rubric.py), restored after."""
-    was = rubric.BONUS
-    rubric.switch_bonus(False)
-    yield
-    rubric.switch_bonus(was)
-
-
 # Words only the bonus text uses: in the Chinese edition, or in English the Chinese keeps.
 ZH_BONUS_WORDS = ("Part 5", "加分", "额外", "prefix_cache", "PrefixCache", "cached_prefill", "前缀缓存", "系统提示",
                   "演示 5", "淘汰", "bonus", "extra credit")
