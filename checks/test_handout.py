@@ -269,7 +269,7 @@ def test_the_gate_says_when_there_is_no_python3(tmp_path):
         r = make(folder, *args, path=str(empty))
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1, lines
-        assert GATE.fullmatch(lines[0]) and lines[0].startswith(f"Makefile:"), lines[0]
+        assert GATE.fullmatch(lines[0]) and lines[0].startswith("Makefile:"), lines[0]
         assert f"*** {name} not found: install Python 3.9 or newer" in lines[0], lines[0]
     assert not (folder / ".venv").exists()
 

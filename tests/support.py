@@ -9,7 +9,6 @@ uses too). Each part's tests look only at what that part owns, so a bug in one p
 tests of that part, not the others'; a comparison that needs another part working is skipped,
 with a note at the end of the run, while that part does not work yet.
 """
-import copy
 import math
 
 import numpy as np

@@ -12,7 +12,7 @@ import pytest
 import decoding
 import rules
 import scenarios as sc
-from support import (NEEDS_PART2, SMALL, equal, fail, part2_works, run_sharing, skipped, succeeded, tokens, unchanged,
+from support import (NEEDS_PART2, SMALL, equal, fail, part2_works, run_sharing, skipped, tokens, unchanged,
                      where)
 
 pytestmark = pytest.mark.copy_on_write
