@@ -65,11 +65,18 @@ def short_table(records, block_size):
     """The first record where a sequence's table holds fewer blocks than its length needs (a step
     raised half-way, or grew the length without the blocks), as a sentence; else None."""
     for n, rec in enumerate(records, 1):
-        for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
-            if isinstance(length, int) and len(table) < math.ceil(length / block_size):
-                return (f"after action {n} of {len(records)}, {describe_action(rec['op'])}: seq {s} has length "
-                        f"{length} but {len(table)} block{'s' * (len(table) != 1)} of {block_size}: its table must "
-                        f"hold ceil({length} / {block_size}) = {math.ceil(length / block_size)}")
+        short = short_of(rec, block_size)
+        if short:
+            return f"after action {n} of {len(records)}, {describe_action(rec['op'])}: {short}"
+    return None
+
+
+def short_of(rec, block_size):
+    """In one record, the first sequence whose table holds fewer blocks than its length needs."""
+    for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
+        if isinstance(length, int) and len(table) < math.ceil(length / block_size):
+            return (f"seq {s} has length {length} but {len(table)} block{'s' * (len(table) != 1)} of {block_size}: "
+                    f"its table must hold ceil({length} / {block_size}) = {math.ceil(length / block_size)}")
     return None
 
 

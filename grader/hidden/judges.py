@@ -10,7 +10,7 @@ part fails its own check (`deps.ok`), so a bug is charged once.
 """
 from explain import describe_action, describe_prefix_actions, draw_tables
 from rules import (NORMAL_COPY, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
-                   savings, sharing_violation, short_table, twin_difference)
+                   savings, sharing_violation, short_of, twin_difference)
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
 
@@ -94,26 +94,26 @@ def part2_judge(fields):
             if rec["op"][0] in ("fit", "miss") and "tables" not in e and not (
                     deps.ok("allocator.copy_block") and deps.ok("copy_on_write.copy_when_needed")):
                 continue            # the step's copy is made by Parts 1 and 4, which are charged for it
-            return _part2_message(n, rec, found, e, g, got["records"][n - 1], expected, block_size, contract)
+            return _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size, contract)
         return None
     return judge
 
 
-def _part2_message(n, rec, found, e, g, raw, expected, block_size, contract):
+def _part2_message(n, of, rec, found, raw, block_size, contract):
     field = found[0].lstrip(".") or "the record"
     what = {"unchanged": "a call that raised must change nothing (tables, lengths, refcounts, counters)",
             "tables": "block tables, each block named by its place in the allocation order (#0 = the first block "
                       + ("a fresh pool hands out" if contract else "your pool hands out") + ")"}
-    lines = [f"  after action {n} of {len(expected['records'])}, {describe_action(rec['op'])}:",
+    lines = [f"  after action {n} of {of}, {describe_action(rec['op'])}:",
              f"    {field}: {found[1]}"]
     if field.split("[")[0] in what:
         lines.append(f"    ({what[field.split('[')[0]]})")
     if field.startswith(("tables", "lengths", "kv")):
         lines.append(draw_tables("expected", rec["tables"], rec["lengths"], block_size))
         lines.append(draw_tables("got", raw["tables"], raw["lengths"], block_size))
-    hint = short_table([raw], block_size)
-    if hint:
-        lines.append("    " + hint.split(": ", 1)[1])
+    short = short_of(raw, block_size)
+    if short:
+        lines.append(f"    ({short})")
     return "\n".join(lines)
 
 
