@@ -218,6 +218,24 @@ def _advance(idx, before, after, B, expected, held_before):
                     "reserve: copy a partly filled last block whose refcount is > 1)")
 
 
+def copy_note(probe):
+    """What a failing copy-on-write check adds when pool.copy_block (Part 1's, which copy-on-write
+    relies on) did not do what the contract says on a pool of its own (scenarios.copy_probe); "" else."""
+    if not isinstance(probe, dict) or probe == NORMAL_COPY:
+        return ""
+    if set(probe) != set(NORMAL_COPY) or type(probe["source_delta"]) is not int \
+            or type(probe["copy_refcount"]) is not int or type(probe["copies_data"]) is not bool:
+        return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it."
+    wrong = []
+    if probe["source_delta"]:
+        wrong.append(f"changes the source's refcount by {probe['source_delta']:+d} (it must leave it alone)")
+    if probe["copy_refcount"] != 1:
+        wrong.append(f"gives the copy refcount {probe['copy_refcount']} (must be 1)")
+    if not probe["copies_data"]:
+        wrong.append("does not copy the source's K and V in every layer")
+    return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
+
+
 def free_as_zero(refcounts):
     """Refcounts as Part 4 reads them: a refcount() that raises ValueError for a block counts it as
     free (0); whether refcount() of a free block answers 0 is Part 1's business."""

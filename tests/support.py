@@ -392,10 +392,8 @@ def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, 
 
 
 def _copy_note(result):
-    probe = result.get("copy_probe")
-    if probe == rules.NORMAL_COPY or not isinstance(probe, dict):
-        return ""
-    return f"\n  Note: on a pool of its own, your copy_block gives {probe} (a correct one: {rules.NORMAL_COPY})."
+    note = rules.copy_note(result.get("copy_probe"))
+    return f"\n  {note}" if note else ""
 
 
 # ------------------------------------------------------------------------- Part 5 (bonus): the cache

@@ -9,7 +9,7 @@ K/V the test put in storage itself. A comparison that another part owns is left 
 part fails its own check (`deps.ok`), so a bug is charged once.
 """
 from explain import describe_action, describe_prefix_actions, draw_tables
-from rules import (NORMAL_COPY, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
+from rules import (copy_note, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
                    savings, sharing_violation, short_of, twin_difference)
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
@@ -43,10 +43,12 @@ def script_judge(case, expected, got, deps=None):
 
 def _drawable(rec):
     """Only lists of ints are drawn from the submission's side."""
-    def ints(x):
-        return isinstance(x, list) and all(type(i) is int for i in x)
-    return (isinstance(rec.get("tables"), list) and all(ints(t) for t in rec["tables"])
-            and ints(rec.get("lengths")) and isinstance(rec.get("refcounts"), list))
+    return (isinstance(rec.get("tables"), list) and all(_ints(t) for t in rec["tables"])
+            and _ints(rec.get("lengths")) and isinstance(rec.get("refcounts"), list))
+
+
+def _ints(x):
+    return isinstance(x, list) and all(type(i) is int for i in x)
 
 
 def _records_ok(got, n, keys):
@@ -129,22 +131,8 @@ def sharing_judge(case, expected, got, deps):
                                                                              "refcounts", "kv"}):
         return _wrong_form()
     message = _sharing_message(case, expected, got, deps)
-    if message and isinstance(got.get("copy_probe"), dict) and got["copy_probe"] != NORMAL_COPY:
-        message += f"\n  {_copy_note(got['copy_probe'])}"
-    return message
-
-
-def _copy_note(probe):
-    if set(probe) != set(NORMAL_COPY):
-        return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it."
-    wrong = []
-    if probe["source_delta"]:
-        wrong.append(f"changes the source's refcount by {probe['source_delta']:+d} (it must leave it alone)")
-    if probe["copy_refcount"] != 1:
-        wrong.append(f"gives the copy refcount {probe['copy_refcount']} (must be 1)")
-    if not probe["copies_data"]:
-        wrong.append("does not copy the source's K and V in every layer")
-    return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
+    note = copy_note(got.get("copy_probe"))
+    return f"{message}\n  {note}" if message and note else message
 
 
 def _sharing_message(case, expected, got, deps):
@@ -302,10 +290,6 @@ PART5_FIELDS = {            # what each Part 5 check compares with the reference
     "errors": ("error", "unchanged"),
 }
 _PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached", "n_hit_tokens"}
-
-
-def _ints(x):
-    return isinstance(x, list) and all(type(i) is int for i in x)
 
 
 def _prefix_ok(expected, got):
