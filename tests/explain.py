@@ -92,18 +92,10 @@ def describe_prefix_actions(ops):
                 f"cache.insert({args[1]} tokens of seq {args[0]}, a table the test made: {_spec(args[2])})"
         elif name == "lookup":
             text = f"cache.lookup of {len(args[0])} tokens"
-        elif name == "evict":
-            text = f"cache.evict({args[0]})"
-        elif name == "release":
-            text = f"the test gives back seq {args[0]}'s blocks (pool.decref each) and empties it"
-        elif name == "overwrite":
-            text = f"the test overwrites the K/V of the block that was seq {args[0]}'s block {args[1]}"
         elif name == "hold":
             text = f"the test takes {args[0]} block{'s' * (args[0] != 1)} (pool.alloc)"
-        elif name == "hold_until":
-            text = f"the test takes blocks until n_free is {args[0]}"
-        elif name == "unhold":
-            text = "the test gives back the blocks it took"
+        elif name in _SAID_PART5:
+            text = _SAID_PART5[name].format(*args)
         elif name == "bad_prefill":
             what = {"filled": "a sequence of length 1", "reserved": "a sequence with a block and length 0",
                     "other_pool": "a sequence on another pool"}.get(args[0], args[0])
@@ -112,6 +104,15 @@ def describe_prefix_actions(ops):
             text = describe_action([name, *args])
         out.append(text)
     return out
+
+
+_SAID_PART5 = {   # Part 5's actions said from a template ("release" there means a sequence's blocks)
+    "evict": "cache.evict({0})",
+    "release": "the test gives back seq {0}'s blocks (pool.decref each) and empties it",
+    "overwrite": "the test overwrites the K/V of the block that was seq {0}'s block {1}",
+    "hold_until": "the test takes blocks until n_free is {0}",
+    "unhold": "the test gives back the blocks it took",
+}
 
 
 def _spec(entries):
