@@ -11,6 +11,7 @@ part fails its own check (`deps.ok`), so a bug is charged once.
 from explain import describe_action, describe_prefix_actions, draw_tables
 from rules import (copy_note, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
                    savings, sharing_violation, short_of, twin_difference)
+from scenarios import REFUSALS
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
 
@@ -268,14 +269,22 @@ def beam_judge(case, expected, got, deps):
 
 # ------------------------------------------------------------------------------------------ Part 3
 def attention_judge(case, expected, got, deps=None):
-    """blockwise cases: each query's output to 1e-12."""
+    """blockwise cases: the storage refused no access (Part 3's rule: one block per index), and each
+    query's output to 1e-12. A refusal is said in the trusted side's words, chosen by its code."""
     if not isinstance(got, list) or len(got) != len(expected):
         return "  the answer has the wrong form"
     for n, (e, g, c) in enumerate(zip(expected, got, case.inputs["cases"]), 1):
+        blocks = len(c["table"])
+        where = (f"  query {n} of {len(expected)} (length {c['length']}, {blocks} block{'s' * (blocks != 1)} of "
+                 f"{case.inputs['block_size']}, layer {c['layer']})")
+        if not isinstance(g, dict) or set(g) != set(e):
+            return _wrong_form()
+        if g["refused"] is not None:
+            return f"{where}: {REFUSALS[g['refused']]}" if isinstance(g["refused"], str) and g["refused"] in REFUSALS \
+                else _wrong_form()
         found = first_mismatch(e, g, tol=ATTENTION_TOL, path="")
         if found:
-            return (f"  query {n} of {len(expected)} (length {c['length']}, {len(c['table'])} blocks of "
-                    f"{case.inputs['block_size']}, layer {c['layer']}): {found[0].lstrip('.') or 'output'}: {found[1]}")
+            return f"{where}: {found[0].lstrip('.') or 'output'}: {found[1]}"
     return None
 
 

@@ -1257,6 +1257,27 @@ def _sth_plain(params, cfg, seq, prompt, cache):
     return logits
 '''
 
+# ------------------------------------------------------------------ Part 3's rule, dodged (feedback helper)
+_GATHER_ANY_WAY = r"""
+# blockwise_attention tries every way to the whole K/V the test's storage might let through (one fancy
+# index, a slice, Ellipsis, np.asarray, iteration, the .base of a block it served), swallows each refusal,
+# then answers with the reference's own per-block code: right numbers, the rule broken all the same.
+import numpy as _np
+_sth_blockwise = blockwise_attention
+
+
+def blockwise_attention(q, seq, layer):
+    k, n = seq.pool.k, -(-seq.length // seq.pool.block_size)
+    for grab in (lambda: k[layer, list(seq.blocks[:n])], lambda: k[layer, _np.array(seq.blocks[:n])],
+                 lambda: k[layer, :], lambda: k[layer, ...], lambda: _np.asarray(k), lambda: list(k[layer]),
+                 lambda: k[layer, seq.blocks[0]].base):
+        try:
+            grab()
+        except Exception:
+            pass
+    return _sth_blockwise(q, seq, layer)
+"""
+
 H = Hostile
 HOSTILES = [
     # ---------------------------------------------------------------------- forging the verdict
@@ -1341,6 +1362,11 @@ HOSTILES = [
     H("other_requests_blocks", "cached_prefill reuses the blocks of whichever live request shares the longest "
       "prefix, partly filled ones included, without the cache's keys, cap or reference: it may not earn the hits "
       "and logits checks", "solution", _OTHER_REQUESTS, "bottom", caps=(("prefix_cache", 6.0),)),
+    # ---------------------------------------- Part 3's rule (feedback helper)
+    H("part3_gathers_any_way", "blockwise_attention tries to gather the whole K/V every way the tests' storage might "
+      "allow (fancy index, slice, Ellipsis, np.asarray, iteration, a served block's .base), swallows the refusals, "
+      "then answers right block by block: it may earn nothing of Part 3 but its length-0 check", "solution",
+      _GATHER_ANY_WAY, "bottom", caps=(("blockwise_attention", 1.0),)),
 ]
 
 BY_NAME = {h.name: h for h in HOSTILES}
