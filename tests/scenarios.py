@@ -409,6 +409,14 @@ def _one_integer(x):
     return None
 
 
+def _one_block(x, n_blocks):
+    """The index of one block: an integer, or a slice of exactly one block (b:b+1, kept as a slice so
+    the result keeps its block axis); None for anything else."""
+    if isinstance(x, slice):
+        return x if len(range(*x.indices(n_blocks))) == 1 else None
+    return _one_integer(x)
+
+
 def _served(x):
     """What an index of one block returns: a copy, so no view leads back to the whole storage."""
     return x.copy() if isinstance(x, np.ndarray) else x
@@ -417,8 +425,8 @@ def _served(x):
 class OneBlockAtATime:
     """pool.k or pool.v as Part 3's tests hand them over: [n_layers, n_blocks, B, H, Dh] storage that
     serves one block per index, as a copy: k[layer, b], k[layer, b, :n], k[layer, b, i], k[layer][b],
-    k[layer][b, :n], with b any integer, and .shape, .ndim, .dtype, .size, len(). Many blocks in one
-    index (a list, array or slice of them, Ellipsis or None in their place), the whole array
+    k[layer][b, :n], with b any integer (or a slice b:b+1), and .shape, .ndim, .dtype, .size, len().
+    Many blocks in one index (a list, array or longer slice of them, Ellipsis or None), the whole array
     (np.asarray, np.array) and iteration over the blocks are refused: NotOneBlock is raised and its
     reason recorded in `refused` (one of REFUSALS), so the test names the rule even if the code
     catches the error."""
@@ -440,14 +448,14 @@ class OneBlockAtATime:
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
         if self._layer is not None:                         # k[layer][b, ...]
-            block = _one_integer(index[0]) if index else None
+            block = _one_block(index[0], self._data.shape[1]) if index else None
             if block is None:
                 self._refuse("many_blocks")
             return _served(self._data[(self._layer, block) + index[1:]])
         layer = _one_integer(index[0]) if index else None
         if len(index) == 1 and layer is not None:           # k[layer]: serves its blocks one at a time
             return OneBlockAtATime(self._data, self._refused, layer)
-        block = _one_integer(index[1]) if len(index) > 1 else None
+        block = _one_block(index[1], self._data.shape[1]) if len(index) > 1 else None
         if block is None or (layer is None and not isinstance(index[0], slice)):
             self._refuse("many_blocks")
         return _served(self._data[(index[0], block) + index[2:]])

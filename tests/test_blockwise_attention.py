@@ -95,7 +95,7 @@ def test_numpy_integer_block_ids(pk):
 
 
 @pytest.mark.parametrize("index", ["[layer, b]", "[layer, b, :n]", "[layer][b]", "[layer][b][:n]", "[layer][b, :n]",
-                                   "[layer, b, i]"])
+                                   "[layer, b, i]", "[layer, b, i, 0]", "[layer, b:b + 1]", "[:, b]"])
 def test_every_per_block_index_is_served(index):
     """The storage the tests hand over serves any one-block index a solution may write (b a Python
     or numpy integer), as a copy of that block only."""
