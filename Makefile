@@ -16,7 +16,7 @@ help:
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
 	@echo "make batch DIR=d [JOBS=2]  grade a folder of submissions into build/gradebook.csv (rerun to resume)"
-	@echo "make autograder            build/autograder.zip for Gradescope"
+	@echo "make autograder [FEEDBACK=full|brief|points]  build/autograder.zip for Gradescope"
 	@echo "make gradescope-sim        as root: build and run the autograder as Gradescope does, in fresh Debian roots"
 	@echo "make selftest              grade the mutants, correct variants and hostile submissions"
 	@echo "make bench                 the benchmarks reported in the issues"
@@ -48,8 +48,9 @@ JOBS ?= 2
 batch: $(VENV)/.ready
 	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv
 
+FEEDBACK ?= full
 autograder: $(VENV)/.ready
-	$(PY) -m grader.gradescope.build build/autograder.zip
+	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK)
 
 # Fresh Debian roots (debootstrap minbase, cached in build/gsim/): setup.sh, then run_autograder on the
 # reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.

@@ -94,36 +94,6 @@ def test_numpy_integer_block_ids(pk):
     check(pk, [case([np.int64(2), np.int64(0)], 6, q_seed=8)], n_blocks=4, block_size=4)
 
 
-@pytest.mark.parametrize("index", ["[layer, b]", "[layer, b, :n]", "[layer][b]", "[layer][b][:n]", "[layer][b, :n]",
-                                   "[layer, b, i]", "[layer, b, i, 0]", "[layer, b:b + 1]", "[:, b]"])
-def test_every_per_block_index_is_served(index):
-    """The storage the tests hand over serves any one-block index a solution may write (b a Python
-    or numpy integer), as a copy of that block only."""
-    data = np.random.default_rng(0).standard_normal((2, 5, 4, 3, 2))
-    refused = []
-    k = sc.OneBlockAtATime(data, refused)
-    for b in (3, np.int64(3)):
-        got = eval("k" + index, {}, {"k": k, "layer": 1, "b": b, "n": 2, "i": 1})
-        want = eval("data" + index, {}, {"data": data, "layer": 1, "b": 3, "n": 2, "i": 1})
-        assert np.array_equal(got, want) and not np.shares_memory(got, data), index
-    assert refused == [] and k.shape == data.shape and k.ndim == 5 and k.dtype == np.float64 and len(k[1]) == 5
-
-
-@pytest.mark.parametrize("gather, reason", [
-    (lambda k, blocks: k[1, blocks], "many_blocks"), (lambda k, blocks: k[1, np.array(blocks)], "many_blocks"),
-    (lambda k, blocks: k[1, :3], "many_blocks"), (lambda k, blocks: k[1, ...], "many_blocks"),
-    (lambda k, blocks: k[..., 0], "many_blocks"), (lambda k, blocks: k[1][blocks], "many_blocks"),
-    (lambda k, blocks: k[1][1:], "many_blocks"), (lambda k, blocks: np.asarray(k), "whole"),
-    (lambda k, blocks: np.asarray(k[1]), "whole"), (lambda k, blocks: list(k[1]), "iterate"),
-    (lambda k, blocks: np.stack([k[1]]), "whole")])
-def test_many_blocks_at_once_are_refused_and_the_rule_named(gather, reason):
-    refused = []
-    k = sc.OneBlockAtATime(np.zeros((2, 5, 4, 3, 2)), refused)
-    with pytest.raises(sc.NotOneBlock, match=r"one block at a time \(assignment.md, Part 3\)"):
-        gather(k, [2, 0])
-    assert refused == [reason]
-
-
 def test_length_zero_is_a_value_error(pk):
     got = sc.blockwise(pk, None, 4, 4, [case([], 0)])[0]
     if got["error"] is None or got["error"]["kind"] != "ValueError":
