@@ -157,7 +157,9 @@ def test_the_output_starts_with_the_score_then_each_part_and_what_to_fix_first(b
     i = part_lines[1]
     assert out[i].startswith("Part 2: paged KV and the paged step") and out[i].endswith(f"{30 - lost:.2f} / 30")
     assert out[i + 1] == f"  First to fix: {check.title} (1 of 4 cases passed)"
-    assert [line.strip() for line in out[i + 2:i + 5]] == [line.strip() for line in message.splitlines()[:3]]
+    # the difference without the header (the line above names the check), its case label first
+    assert [line.strip() for line in out[i + 2:i + 5]] == \
+        ["(Config 1) after action 3 of 9, step(...):", "logits[0, 2]: expected 0.5, got 0.25", "first differing logit ..."]
     assert out[i + 5].startswith("Part 3")                  # three lines of the difference, no more
     assert all("First to fix" not in out[j + 1] for j in part_lines if j != i)
 

@@ -22,13 +22,14 @@ hidden suites built from validated plain data.
 """
 import json
 import os
+import re
 import tempfile
 
-from grader import rubric
+from grader import firstdiff, rubric
 from grader.score import part_totals
 
 MAX_FEEDBACK = 3        # failed cases shown per check; the rest are counted
-FIRST_LINES = 3         # lines of the first difference quoted in the summary, per part
+FIRST_LINES = 3         # lines of the first difference quoted in the summary, per part (whole pieces only)
 
 
 def feedback(row):
@@ -68,7 +69,9 @@ def not_graded(rows, part):
 
 
 def first_to_fix(rows, part):
-    """Lines naming the part's first failing check and the start of its first difference."""
+    """Lines naming the part's first failing check and the start of its first difference (whole
+    pieces of it: firstdiff.quote), then, once, the other checks of the part whose first difference
+    is the same (one cause, many checks)."""
     failing = [r for r in rows if r["check"].part == part and r["points"] < r["check"].points]
     if not failing:
         return []
@@ -76,10 +79,17 @@ def first_to_fix(rows, part):
         return [f"  {not_graded(rows, part)}"]
     row = failing[0]
     cases = f" ({row['passed']} of {row['cases']} cases passed)" if row["cases"] else ""
-    said = [line.rstrip() for line in (row["failures"] or [""])[0].splitlines()
-            if line.strip() and not line.startswith("Read assignment.md")]
-    return [f"  First to fix: {row['check'].title}{cases}",
-            *(f"      {line}" for line in said[:FIRST_LINES])]
+    first = (row["failures"] or [""])[0]
+    lines = [f"  First to fix: {row['check'].title}{cases}",
+             *(f"      {line}" for line in firstdiff.quote(row["check"].title, first, FIRST_LINES))]
+    said = firstdiff.cause(row["check"].title, first)
+    same = [r["check"] for r in failing[1:] if said is not None and r["failures"]
+            and firstdiff.cause(r["check"].title, r["failures"][0]) == said]
+    if same:
+        names = "; ".join(re.split(r"[:;]", c.title)[0] for c in same)
+        lines.append(f"  The same first difference fails {len(same)} more check{'s' * (len(same) > 1)} of this part "
+                     f"(one cause, most likely): {names}")
+    return lines
 
 
 def student_output(rows, notes=(), problem=None):
