@@ -1,4 +1,5 @@
-"""What grading produces: Gradescope's results.json, a terminal table, and a gradebook row.
+"""What grading produces: Gradescope's results.json, a terminal table, and the text a student sees
+of a results.json (visible_text: the feedback files of an offline batch).
 
 Who reads what. Gradescope shows students results.json's `output` at the top, then every test;
 it shows instructors, and only them, what run_autograder printed (results/stdout, "only shown to
@@ -173,11 +174,25 @@ def table(rows, header):
     return "\n".join(lines)
 
 
-def csv_fields():
-    return ["submission", "score", *rubric.ALL_PARTS, "status"]
-
-
 def part_scores(results):
     """part -> points, from a results.json's tests (their tags)."""
     return {part: round(sum(t["score"] for t in results["tests"] if part in t["tags"]), 2)
             for part in rubric.ALL_PARTS}
+
+
+RULE = "-" * 72
+
+
+def visible_text(results):
+    """What a student sees of a results.json, as one text: `output`, then every test that is not
+    hidden (its number, name, points and output), as Gradescope shows them. Nothing of extra_data or
+    of the staff's stdout is in it."""
+    out = [results.get("output", "")]
+    default = results.get("visibility", "visible")
+    for test in results.get("tests", []):
+        if test.get("visibility", default) == "hidden":
+            continue
+        head = f"{test.get('number', '')} {test['name']}".strip()
+        out += ["", RULE, f"{head}: {float(test['score']):.2f} / {test['max_score']} ({test.get('status', '')})",
+                test.get("output", "")]
+    return "\n".join(out).rstrip("\n") + "\n"
