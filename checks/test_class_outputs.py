@@ -88,6 +88,18 @@ def test_the_base_score_histogram_never_goes_above_100(bonus_on):
     assert not any(">100" in line for line in lines)
 
 
+def test_the_extra_credit_is_counted_among_those_who_attempted_it(bonus_on):
+    todo = {cid: ["not implemented yet (your code raised NotImplementedError)"]
+            for cid in rubric.CHECKS if cid.startswith("prefix_cache.")}
+    results = {"done": results_of(), "stubs": results_of(todo), "broken": results_of({cid: ["cannot be graded: x"] for cid in rubric.CHECKS}, extra_data={"not_graded": "x"})}
+    lines = classview.summary(results)
+    line = next(line for line in lines if line.startswith("prefix_cache ("))
+    assert line == "prefix_cache (10 points, extra credit; attempted by 1, not by 2): mean 10.0, median 10.0, " \
+                   "min 10.0, max 10.0"
+    allocator = next(line for line in lines if line.startswith("allocator ("))
+    assert "min 0.0" in allocator                       # Parts 1-4 are the grade: everyone counts
+
+
 def test_most_failed_leaves_out_what_was_not_started_and_cuts_no_tie():
     ids = list(rubric.CHECKS)
     twelve = ids[:12]

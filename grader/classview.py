@@ -26,9 +26,10 @@ def not_graded(results):
 
 
 def attempted(results, part):
-    """Whether a part was attempted: graded (a bonus part the file does not define is not), and not
-    left as the starter's stubs (every case at a TODO)."""
-    return part not in ((results.get("extra_data") or {}).get("bonus") or {}) and not untouched(results, part)
+    """Whether a part was attempted: graded (a file that could not be graded at all, or a bonus part
+    it does not define, is not), and not left as the starter's stubs (every case at a TODO)."""
+    return not not_graded(results) and part not in ((results.get("extra_data") or {}).get("bonus") or {}) \
+        and not untouched(results, part)
 
 
 def groups(results, flags):
