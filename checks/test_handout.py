@@ -351,7 +351,24 @@ def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path)
         sorted(p.relative_to(on) for p in on.rglob("*") if p.name != "test_prefix_cache.py")
     assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
     assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
+    assert "DEMOS.append(demo5_prefix_cache)" in (on / "lab" / "demo.py").read_text()
+    assert "demo5_prefix_cache)" not in (off / "lab" / "demo.py").read_text()      # demo 5 is never run
     assert (on / "assignment.md").read_text() == (ROOT / "assignment.md").read_text()
+
+
+@pytest.mark.slow
+def test_with_the_bonus_off_make_demo_is_the_lecture_s_four_demos(tmp_path):
+    """A course without the bonus: a file without Part 5 gets the four demos and no word of a fifth
+    (with the bonus on, demo 5 says "bonus not attempted": checks/test_lecture.py)."""
+    off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
+    text = (ROOT / "solution" / "paged_kv.py").read_text()
+    four = impl(tmp_path, "four", text[:text.index("\n# ------------------------------------------------"
+                                                     "---------------- Part 5 (bonus)")] + "\n")
+    r = subprocess.run([sys.executable, str(off / "lab" / "demo.py"), "--impl", str(four), "--lang", "en"],
+                       capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert [n for n in range(1, 6) if f"Demo {n}:" in r.stdout] == [1, 2, 3, 4], r.stdout[-2000:]
+    assert "demo5" not in r.stdout and "bonus" not in r.stdout and "Part 5" not in r.stdout
 
 
 def unpack(zip_path, folder):
@@ -382,11 +399,15 @@ def assert_every_test_passed(r):
 
 
 def assert_every_test_failed_not_implemented(r):
-    """`make test` on the starter: only failures, each one line naming the TODO, no errors."""
+    """`make test` on the starter: only failures, each one line naming the TODO, no errors; the bonus
+    (its stubs as they are) skipped with one line, when the handout has it."""
     assert r.returncode != 0
     summary = r.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"=+ (\d+) failed in [\d.]+s =+", summary)
-    assert m, f"expected only failures (no errors, no passes): {summary}"
+    m = re.fullmatch(r"=+ (\d+) failed(, (\d+) skipped)? in [\d.]+s =+", summary)
+    assert m, f"expected only failures (no errors, no passes) and the bonus's skips: {summary}"
+    said = [line for line in r.stdout.splitlines() if "bonus not attempted" in line]
+    assert len(said) == (1 if m.group(2) else 0), said
+    assert not said or 'its stubs still raise NotImplementedError("TODO Part 5 ...")' in said[0], said
     sections = failure_sections(r.stdout)
     assert len(sections) == int(m.group(1))
     for name, lines in sections.items():
@@ -410,7 +431,8 @@ def test_the_starter_fails_every_test_with_one_line(handout):
 def test_the_starter_demo_says_not_implemented(handout):
     r = make(handout, "demo")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("not implemented yet") == 5 and "Traceback" not in r.stdout     # demo 5: the bonus
+    assert r.stdout.count("not implemented yet") == 4 and "Traceback" not in r.stdout     # demos 1-4
+    assert r.stdout.count("[demo5_prefix_cache] bonus not attempted: its stubs still raise") == 1, r.stdout
 
 
 @pytest.mark.slow
