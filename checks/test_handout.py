@@ -111,6 +111,19 @@ def test_no_handout_file_contains_reference_code():
     assert not leaks, f"reference code in the handout: {leaks}"
 
 
+def test_submit_names_the_zip_after_the_folder_it_packs(tmp_path):
+    """make submit (starter/) writes build/submission.zip; IMPL=DIR writes build/submission-DIR.zip,
+    DIR's name kept to letters, digits, '.', '-' and '_' (issue 15, item 4)."""
+    import labtool
+    build = labtool.ROOT / "build"
+    assert labtool.default_zip(labtool.ROOT / "starter") == labtool.default_zip(labtool.ROOT / "starter" / ".") \
+        == build / "submission.zip"
+    assert labtool.default_zip(tmp_path / "sol") == build / "submission-sol.zip"
+    assert labtool.default_zip(tmp_path / "my copy (2)") == build / "submission-my_copy_2.zip"
+    assert labtool.default_zip(tmp_path / "x" / "starter") == build / "submission-starter.zip"   # not the real one
+    assert labtool.default_zip(tmp_path / "sol", build=tmp_path) == tmp_path / "submission-sol.zip"
+
+
 def test_requirements_are_pinned():
     pins = (ROOT / "requirements.txt").read_text().split()
     assert pins == ["numpy==2.4.6", "pytest==9.0.3", "pytest-timeout==2.4.0"]
@@ -470,20 +483,38 @@ def test_a_broken_submission_gets_one_clear_message(handout, tmp_path, case, tar
     for p in patterns:
         assert re.search(p, out), f"{p!r} not in:\n{out}"
     assert "Traceback" not in out and "ERROR collecting" not in out, out
-    assert not (handout / "build" / "submission.zip").exists() or target == "test"
+    assert not (handout / "build" / "submission-broken.zip").exists()
+
+
+def zipped(path):
+    with zipfile.ZipFile(path) as z:
+        assert z.namelist() == ["paged_kv.py"]
+        return z.read("paged_kv.py")
 
 
 @pytest.mark.slow
 def test_submit_zips_exactly_paged_kv(handout, tmp_path):
+    """`make submit` writes build/submission.zip from starter/; IMPL=sol writes build/submission-sol.zip,
+    so a test copy never replaces the real zip (issue 15, item 4); each run says what it wrote from
+    what, and a zip replaced with another paged_kv.py is said too."""
     sol = impl(tmp_path, "sol", (ROOT / "solution" / "paged_kv.py").read_text())
-    zip_path = handout / "build" / "submission.zip"
+    real, copy = handout / "build" / "submission.zip", handout / "build" / "submission-sol.zip"
+    r = make(handout, "submit")
+    assert r.returncode == 0 and zipped(real) == (handout / "starter" / "paged_kv.py").read_bytes(), r.stdout
+    assert "Wrote build/submission.zip: exactly one file, paged_kv.py, copied from starter/paged_kv.py (" in r.stdout
     r = make(handout, "submit", f"IMPL={sol}")
     assert r.returncode == 0, r.stdout + r.stderr
-    with zipfile.ZipFile(zip_path) as z:
-        assert z.namelist() == ["paged_kv.py"]
-        assert z.read("paged_kv.py") == (sol / "paged_kv.py").read_bytes()
-    assert "Note:" not in r.stdout         # no TODO left in the reference
-    zip_path.unlink()
+    assert zipped(copy) == (sol / "paged_kv.py").read_bytes()
+    assert zipped(real) == (handout / "starter" / "paged_kv.py").read_bytes(), "the real zip was replaced"
+    assert f"Wrote build/submission-sol.zip: exactly one file, paged_kv.py, copied from {sol / 'paged_kv.py'} (" \
+        in r.stdout, r.stdout
+    assert "Note:" not in r.stdout         # no TODO left in the reference, no zip replaced
+    (sol / "paged_kv.py").write_text((sol / "paged_kv.py").read_text() + "\n# changed\n")
+    r = make(handout, "submit", f"IMPL={sol}")
+    assert r.returncode == 0 and zipped(copy) == (sol / "paged_kv.py").read_bytes(), r.stdout + r.stderr
+    assert "Note: build/submission-sol.zip was there already, with another paged_kv.py (" in r.stdout, r.stdout
+    real.unlink()
+    copy.unlink()
 
 
 # Signs in pip's output that the package index could not be reached (then the test skips).

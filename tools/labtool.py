@@ -3,6 +3,8 @@
     python tools/labtool.py check  [--impl DIR]               does DIR/paged_kv.py import and define the contract?
     python tools/labtool.py test   [--impl DIR] [--part P]    the public tests (tests/) on DIR
     python tools/labtool.py submit [--impl DIR] [--out ZIP]   check, then a zip holding exactly paged_kv.py
+                                                              (default build/submission.zip; for another DIR
+                                                              build/submission-DIR.zip)
 
 The staff Makefile, the students' Makefile and tests/conftest.py all use this module, so a broken
 submission gets the same one clear message (file, line, what to fix) everywhere. DIR defaults to
@@ -296,13 +298,34 @@ def cmd_test(args, extra):
     return int(pytest.main(cmd + extra))
 
 
+def default_zip(impl_dir, build=ROOT / "build"):
+    """Where submit writes when no --out is given: build/submission.zip for the student's working
+    folder (starter/), build/submission-NAME.zip for any other folder NAME, so that submitting a
+    test copy never replaces the zip of the real work."""
+    impl_dir = Path(impl_dir).resolve()
+    if impl_dir == DEFAULT_IMPL.resolve():
+        return build / "submission.zip"
+    name = re.sub(r"[^\w.-]+", "_", impl_dir.name).strip("._") or "folder"
+    return build / f"submission-{name}.zip"
+
+
+def _zipped_file(out):
+    """The bytes of paged_kv.py in an existing zip, or None (no zip there, or not one of ours)."""
+    try:
+        with zipfile.ZipFile(out) as z:
+            return z.read(FILE)
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+
+
 def cmd_submit(args):
     path = Path(args.impl) / FILE
     message = check_in_subprocess(args.impl)
     if message:
         print(f"Not submittable yet:\n{message}")
         return 1
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_zip(args.impl)
+    before = _zipped_file(out) if out.exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.write(path, FILE)
@@ -312,7 +335,10 @@ def cmd_submit(args):
         print(bonus_line(module))
     except ImplError:
         module = None
-    print(f"Wrote {shown(out)}: exactly one file, {FILE} ({path.stat().st_size:,} bytes). Upload it to Gradescope.")
+    print(f"Wrote {shown(out)}: exactly one file, {FILE}, copied from {shown(path)} ({path.stat().st_size:,} bytes). "
+          "Upload it to Gradescope.")
+    if before is not None and before != path.read_bytes():
+        print(f"Note: {shown(out)} was there already, with another {FILE} ({len(before):,} bytes): it is replaced.")
     attempted = module is not None and bonus_state(module) == BONUS_ATTEMPTED
     left = [t for t in todos(path) if attempted or not t.startswith(BONUS_TODO)]
     if left:
@@ -334,7 +360,9 @@ def main(argv=None):
         if name == "test":
             p.add_argument("--part", default="", help=" | ".join(PARTS))
         if name == "submit":
-            p.add_argument("--out", default=str(ROOT / "build" / "submission.zip"))
+            p.add_argument("--out", default=None,
+                           help="the zip to write (default: build/submission.zip for starter, "
+                                "build/submission-DIR.zip for another folder DIR)")
     args, extra = ap.parse_known_args(argv)
     if args.cmd == "test":
         return cmd_test(args, extra)
