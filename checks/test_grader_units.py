@@ -237,6 +237,29 @@ def test_a_bonus_not_attempted_is_one_message_and_costs_nothing_else(bonus_on):
     assert bonus_left_out([]) == {} and bonus_left_out(["BlockPool.alloc"]) == {}
 
 
+def test_stubs_left_in_the_bonus_are_one_message_and_change_no_score(bonus_on):
+    """grade.bonus_stubbed: every Part 5 check got no answer because the sandbox reported a stub of
+    Part 5 (todo_parts, check -> N of "TODO Part N"), and none of its cases passed: "bonus not
+    attempted". Any other reply, or one case passed, is an attempt; Parts 1-4 are never relabelled,
+    even when their checks stopped at a TODO Part 5 too, and their rows are the same either way."""
+    from grader.grade import bonus_stubbed
+    bonus = [cid for cid in rubric.CHECKS if rubric.CHECKS[cid].part == "prefix_cache"]
+    fails = [(False, "not implemented yet (your code raised NotImplementedError)")]
+    by_check = {cid: fails if cid in bonus or cid.startswith("paged_step.") else [(True, "")] for cid in rubric.CHECKS}
+    todo = {cid: 5 for cid in bonus + [c for c in rubric.CHECKS if c.startswith("paged_step.")]}
+    left = bonus_stubbed(by_check, todo)
+    assert list(left) == ["prefix_cache"] and left["prefix_cache"].startswith("bonus not attempted: every Part 5 check")
+    rows, plain = score(by_check, left_out=left), score(by_check)
+    assert [r["points"] for r in rows] == [r["points"] for r in plain]
+    assert [r for r in rows if r["check"].part != "prefix_cache"] == [r for r in plain if r["check"].part != "prefix_cache"]
+    output = report.student_output(rows)
+    assert output.count("bonus not attempted") == 1 and output.count("First to fix") == 1      # Part 2's alone
+    assert bonus_stubbed(by_check, {**todo, bonus[0]: 2}) == {}       # one check reached Part 2's TODO first
+    assert bonus_stubbed(by_check, {**todo, bonus[0]: None}) == {}    # another failure (a crash, a timeout)
+    assert bonus_stubbed(by_check, {c: n for c, n in todo.items() if c != bonus[-1]}) == {}     # answered
+    assert bonus_stubbed({**by_check, bonus[0]: fails + [(True, "")]}, todo) == {}      # a case passed
+
+
 def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4(bonus_off):
     from grader.grade import bonus_left_out
     assert rubric.ALL_PARTS == rubric.PARTS and rubric.BONUS_PARTS == () and rubric.BONUS_TOTAL == 0
@@ -249,6 +272,8 @@ def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4(bonus_off):
     assert "Part 5" not in report.student_output(rows) and "prefix_cache" not in report.table(rows, "h")
     assert report.csv_fields() == ["submission", "score", *rubric.PARTS, "status"]
     assert bonus_left_out(["PrefixCache", "cached_prefill"]) == {}
+    from grader.grade import bonus_stubbed
+    assert bonus_stubbed({}, {cid: 5 for cid in rubric._checks(True)}) == {}
 
 
 # ------------------------------------------------------------------ the class summary

@@ -32,8 +32,8 @@ TITLES = {
     "blockwise_attention.empty": "长度 0：ValueError",
 
     "copy_on_write.fork": "fork 共享整张块表：相同的块和长度，每个引用计数 + 1",
-    "copy_on_write.copy_when_needed": "恰好在最后一块半满且被共享时写时复制",
-    "copy_on_write.n_minus_1": "半满块的 n 个持有者写入时复制 n - 1 次",
+    "copy_on_write.copy_when_needed": "恰好在最后一块未满且被共享时写时复制",
+    "copy_on_write.n_minus_1": "未满块的 n 个持有者写入时复制 n - 1 次",
     "copy_on_write.copied_data": "测试存入的 K/V 在 fork、复制和 free 之后经块表读回",
     "copy_on_write.free": "free 归还每个块（引用计数 - 1）；释放后的序列可以再用",
     "copy_on_write.sharing_invariance": "共享不改变任何结果：logits 和 K/V 与不共享时相同",
