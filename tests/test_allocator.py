@@ -48,10 +48,8 @@ def follows_the_rules(records, n_blocks):
             book.note(name, b, rec["result"], rec["error"])         # it went as the contract says: account for it
         copies += name == "copy" and error is None
         peak = max(peak, book.n_held())
-        expected.update(refcounts=[book.refs.get(h, 0) if book.latest.get(h) == k else 0
-                                   for k, h in enumerate(book.handles)],
-                        unallocated=[], n_used=book.n_held(), n_free=n_blocks - book.n_held(), peak_used=peak,
-                        n_copies=copies)
+        expected.update(refcounts=book.by_handle([book.refs.get(x, 0) for x in range(n_blocks)]), unallocated=[],
+                        n_used=book.n_held(), n_free=n_blocks - book.n_held(), peak_used=peak, n_copies=copies)
         wrong = rules.pool_difference(expected, row)
         if wrong:
             fail(f"{where(records, i)}{f' (your block {b})' if book.valid(b) and rec['op'][1:] else ''}: {wrong}"
