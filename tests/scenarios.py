@@ -176,7 +176,7 @@ class PoolBook:
         if spec not in ("freed", "unused"):
             raise ValueError(f"not a block spec: {spec!r}")
         freed = [b for b in reversed(self.given_back) if not self.holds(b)]
-        unused = [b for b in range(self.n_blocks) if b not in self.latest]
+        unused = [b for b in range(self.n_blocks) if b not in self.latest and not self.holds(b)]
         first, second = (freed, unused) if spec == "freed" else (unused, freed)
         return (first or second or [self.n_blocks])[0]
 
@@ -217,7 +217,8 @@ def random_pool_ops(rng, n_blocks, length, weights):
         kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
         if kind == "bad":
             bad = [["id", -1], ["id", n_blocks], ["id", n_blocks + 7], ["id", -n_blocks]]
-            if len(held) < n_blocks:    # a free block: one given back (only a pool's peak was ever handed out)
+            if len(held) < n_blocks:    # a free block: one given back, or one no call returned, where a lowest-first
+                # pool has one (it has handed out exactly the ids below its peak)
                 bad += ["freed"] * (peak > len(held)) + ["unused"] * (peak < n_blocks)
             op = [str(rng.choice(["incref", "decref", "copy", "refcount"])), bad[int(rng.integers(len(bad)))]]
         elif kind == "alloc":
