@@ -9,12 +9,12 @@ needs its line here and its row in both editions.
 
 TITLES = {
     "allocator.layout": "新建的池：属性、存储形状、dtype 和全零，任意 Config",
-    "allocator.lowest_free_first": "alloc 返回编号最小的空闲块，释放之后也是",
+    "allocator.lowest_free_first": "alloc 和 copy_block 取编号最小的空闲块，释放之后也是",
     "allocator.refcounts": "incref / decref / refcount、n_used 和 n_free",
     "allocator.peak_used": "peak_used 是 n_used 到达过的最大值",
     "allocator.exhaustion": "池满时 alloc：MemoryError，池不变",
     "allocator.bad_ids": "不合法或空闲的块编号：ValueError，池不变",
-    "allocator.copy_block": "copy_block：新块（编号最小的空闲块）、源块的引用计数不变、n_copies、池满",
+    "allocator.copy_block": "copy_block：新块、源块的引用计数不变、n_copies、池满",
     "allocator.random_ops": "很长的随机操作序列：状态与参考实现相同",
 
     "paged_step.prefill": "prefill 的 logits 等于连续的 forward",
