@@ -12,7 +12,7 @@ help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
 	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write|prefix_cache]"
 	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
-	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (or IMPL's)"
+	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another dir: build/submission-dir.zip)"
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
 	@echo "make batch DIR=d [JOBS=2] [SEED=n]  grade a class folder into build/gradebook.csv, feedback files and"
@@ -39,7 +39,7 @@ demo: $(VENV)/.ready
 	$(PY) lab/demo.py --impl $(IMPL) --lang "$(LANG)"
 
 submit: $(VENV)/.ready
-	$(PY) tools/labtool.py submit --impl $(IMPL) --out build/submission.zip
+	$(PY) tools/labtool.py submit --impl $(IMPL)
 
 handout: $(VENV)/.ready
 	$(PY) tools/build_handout.py --out build/handout.zip

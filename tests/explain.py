@@ -61,7 +61,7 @@ _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are it
 
 def describe_action(op):
     """A scenario action as the call it stands for, with chunk sizes but never token ids:
-    step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(3)."""
+    step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(#3)."""
     name, *args = op
     if name in ("step", "fit", "miss"):
         sizes = [len(c) for c in args[1]]
@@ -73,7 +73,14 @@ def describe_action(op):
     if name in _SAID:
         return _SAID[name].format(*args)
     name = {"copy": "copy_block"}.get(name, name)
-    return f"pool.{name}({', '.join(str(a) for a in args)})"
+    return f"pool.{name}({', '.join(_block_said(a) for a in args)})"
+
+
+def _block_said(spec):
+    """A block as Part 1's scripts name it (scenarios.pool_script): #k = the k-th handle."""
+    if isinstance(spec, list) and len(spec) == 2:
+        return str(spec[1]) if spec[0] == "id" else f"np.{spec[0]}({_block_said(spec[1])})"
+    return {"freed": "a block the test gave back", "unused": "a block no call has returned"}.get(spec, f"#{spec}")
 
 
 def describe_prefix_actions(ops):
