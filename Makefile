@@ -6,20 +6,25 @@ IMPL   ?= starter
 PART   ?=
 SUBMISSION ?= solution/paged_kv.py
 
-.PHONY: help test demo submit handout grade batch autograder gradescope-sim check selftest bench clean
+.PHONY: help test demo submit handout grade batch regrade similarity browser-check autograder gradescope-sim check selftest bench clean
 
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
 	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write|prefix_cache]"
 	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
-	@echo "make submit                build/submission.zip from starter/paged_kv.py"
+	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another dir: build/submission-dir.zip)"
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
-	@echo "make batch DIR=d [JOBS=2]  grade a folder of submissions into build/gradebook.csv (rerun to resume)"
+	@echo "make batch DIR=d [JOBS=2] [SEED=n]  grade a class folder into build/gradebook.csv, feedback files and"
+	@echo "                           build/gradebook.html (rerun to resume); SEED: one seed for all"
+	@echo "make regrade DIR=d NAME=n [SEED=n]  grade submission n of the batch again, exactly as the batch did"
+	@echo "make similarity DIR=d      pairwise similarity (copydetect, into build/staff-venv on first use)"
+	@echo "make browser-check [REPORT=build/gradebook.html]  open the class report in headless chromium"
 	@echo "make autograder [FEEDBACK=full|brief|points]  build/autograder.zip for Gradescope"
-	@echo "make gradescope-sim        as root: build and run the autograder as Gradescope does, in fresh Debian roots"
-	@echo "make selftest              grade the mutants, correct variants and hostile submissions"
+	@echo "make gradescope-sim [SUITES=\"bookworm bullseye\"]  as root: the autograder in fresh Debian roots"
+	@echo "make selftest [JOBS=2]     grade the mutants, correct variants and hostile submissions"
 	@echo "make bench                 the benchmarks reported in the issues"
+	@echo "make clean                 remove build/ and the caches"
 
 $(VENV)/.ready: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +39,7 @@ demo: $(VENV)/.ready
 	$(PY) lab/demo.py --impl $(IMPL) --lang "$(LANG)"
 
 submit: $(VENV)/.ready
-	$(PY) tools/labtool.py submit --impl $(IMPL) --out build/submission.zip
+	$(PY) tools/labtool.py submit --impl $(IMPL)
 
 handout: $(VENV)/.ready
 	$(PY) tools/build_handout.py --out build/handout.zip
@@ -43,10 +48,34 @@ handout: $(VENV)/.ready
 grade: $(VENV)/.ready
 	$(PY) -m grader $(SUBMISSION) --results build/results.json
 
-DIR  ?= submissions
 JOBS ?= 2
+SEED_ARG = $(if $(SEED),--seed $(SEED))
+NEED_DIR = @test -n "$(DIR)" || { echo "make $@: give the class folder, e.g. make $@ DIR=submissions"; exit 2; }
 batch: $(VENV)/.ready
-	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv
+	$(NEED_DIR)
+	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv $(SEED_ARG)
+
+regrade: $(VENV)/.ready
+	$(NEED_DIR)
+	@test -n "$(NAME)" || { echo "make regrade: give the submission's name in DIR, e.g. make regrade DIR=$(DIR) NAME=alice"; exit 2; }
+	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv $(SEED_ARG) --regrade "$(NAME)"
+
+# Staff tooling, never the grader's or the students' runtime: copydetect in its own venv.
+STAFF_VENV := build/staff-venv
+$(STAFF_VENV)/.ready:
+	$(PYTHON) -m venv $(STAFF_VENV)
+	$(STAFF_VENV)/bin/pip install --quiet --disable-pip-version-check copydetect==0.5.0 || { \
+	  echo "make similarity: could not install copydetect into $(STAFF_VENV) (pip needs PyPI or a mirror)"; exit 2; }
+	touch $@
+
+similarity:
+	$(NEED_DIR)
+	@$(MAKE) --no-print-directory $(STAFF_VENV)/.ready
+	$(STAFF_VENV)/bin/python -m grader.similarity $(DIR) --out build/similarity.html
+
+REPORT ?= build/gradebook.html
+browser-check:
+	$(PYTHON) tools/browser_check.py $(REPORT) --screenshot $(basename $(REPORT)).png
 
 FEEDBACK ?= full
 autograder: $(VENV)/.ready

@@ -111,6 +111,19 @@ def test_no_handout_file_contains_reference_code():
     assert not leaks, f"reference code in the handout: {leaks}"
 
 
+def test_submit_names_the_zip_after_the_folder_it_packs(tmp_path):
+    """make submit (starter/) writes build/submission.zip; IMPL=DIR writes build/submission-DIR.zip,
+    DIR's name kept to letters, digits, '.', '-' and '_' (issue 15, item 4)."""
+    import labtool
+    build = labtool.ROOT / "build"
+    assert labtool.default_zip(labtool.ROOT / "starter") == labtool.default_zip(labtool.ROOT / "starter" / ".") \
+        == build / "submission.zip"
+    assert labtool.default_zip(tmp_path / "sol") == build / "submission-sol.zip"
+    assert labtool.default_zip(tmp_path / "my copy (2)") == build / "submission-my_copy_2.zip"
+    assert labtool.default_zip(tmp_path / "x" / "starter") == build / "submission-starter.zip"   # not the real one
+    assert labtool.default_zip(tmp_path / "sol", build=tmp_path) == tmp_path / "submission-sol.zip"
+
+
 def test_requirements_are_pinned():
     pins = (ROOT / "requirements.txt").read_text().split()
     assert pins == ["numpy==2.4.6", "pytest==9.0.3", "pytest-timeout==2.4.0"]
@@ -351,7 +364,24 @@ def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path)
         sorted(p.relative_to(on) for p in on.rglob("*") if p.name != "test_prefix_cache.py")
     assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
     assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
+    assert "DEMOS.append(demo5_prefix_cache)" in (on / "lab" / "demo.py").read_text()
+    assert "demo5_prefix_cache)" not in (off / "lab" / "demo.py").read_text()      # demo 5 is never run
     assert (on / "assignment.md").read_text() == (ROOT / "assignment.md").read_text()
+
+
+@pytest.mark.slow
+def test_with_the_bonus_off_make_demo_is_the_lecture_s_four_demos(tmp_path):
+    """A course without the bonus: a file without Part 5 gets the four demos and no word of a fifth
+    (with the bonus on, demo 5 says "bonus not attempted": checks/test_lecture.py)."""
+    off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
+    text = (ROOT / "solution" / "paged_kv.py").read_text()
+    four = impl(tmp_path, "four", text[:text.index("\n# ------------------------------------------------"
+                                                     "---------------- Part 5 (bonus)")] + "\n")
+    r = subprocess.run([sys.executable, str(off / "lab" / "demo.py"), "--impl", str(four), "--lang", "en"],
+                       capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert [n for n in range(1, 6) if f"Demo {n}:" in r.stdout] == [1, 2, 3, 4], r.stdout[-2000:]
+    assert "demo5" not in r.stdout and "bonus" not in r.stdout and "Part 5" not in r.stdout
 
 
 def unpack(zip_path, folder):
@@ -382,11 +412,15 @@ def assert_every_test_passed(r):
 
 
 def assert_every_test_failed_not_implemented(r):
-    """`make test` on the starter: only failures, each one line naming the TODO, no errors."""
+    """`make test` on the starter: only failures, each one line naming the TODO, no errors; the bonus
+    (its stubs as they are) skipped with one line, when the handout has it."""
     assert r.returncode != 0
     summary = r.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"=+ (\d+) failed in [\d.]+s =+", summary)
-    assert m, f"expected only failures (no errors, no passes): {summary}"
+    m = re.fullmatch(r"=+ (\d+) failed(, (\d+) skipped)? in [\d.]+s =+", summary)
+    assert m, f"expected only failures (no errors, no passes) and the bonus's skips: {summary}"
+    said = [line for line in r.stdout.splitlines() if "bonus not attempted" in line]
+    assert len(said) == (1 if m.group(2) else 0), said
+    assert not said or 'its stubs still raise NotImplementedError("TODO Part 5 ...")' in said[0], said
     sections = failure_sections(r.stdout)
     assert len(sections) == int(m.group(1))
     for name, lines in sections.items():
@@ -410,7 +444,8 @@ def test_the_starter_fails_every_test_with_one_line(handout):
 def test_the_starter_demo_says_not_implemented(handout):
     r = make(handout, "demo")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("not implemented yet") == 5 and "Traceback" not in r.stdout     # demo 5: the bonus
+    assert r.stdout.count("not implemented yet") == 4 and "Traceback" not in r.stdout     # demos 1-4
+    assert r.stdout.count("[demo5_prefix_cache] bonus not attempted: its stubs still raise") == 1, r.stdout
 
 
 @pytest.mark.slow
@@ -448,20 +483,39 @@ def test_a_broken_submission_gets_one_clear_message(handout, tmp_path, case, tar
     for p in patterns:
         assert re.search(p, out), f"{p!r} not in:\n{out}"
     assert "Traceback" not in out and "ERROR collecting" not in out, out
-    assert not (handout / "build" / "submission.zip").exists() or target == "test"
+    assert not (handout / "build" / "submission-broken.zip").exists()
+
+
+def zipped(path):
+    with zipfile.ZipFile(path) as z:
+        assert z.namelist() == ["paged_kv.py"]
+        return z.read("paged_kv.py")
 
 
 @pytest.mark.slow
 def test_submit_zips_exactly_paged_kv(handout, tmp_path):
+    """`make submit` writes build/submission.zip from starter/; IMPL=sol writes build/submission-sol.zip,
+    so a test copy never replaces the real zip (issue 15, item 4); each run says what it wrote from
+    what, and a zip replaced with another paged_kv.py is said too."""
     sol = impl(tmp_path, "sol", (ROOT / "solution" / "paged_kv.py").read_text())
-    zip_path = handout / "build" / "submission.zip"
+    real, copy = handout / "build" / "submission.zip", handout / "build" / "submission-sol.zip"
+    first = make(handout, "submit")
+    assert first.returncode == 0 and zipped(real) == (handout / "starter" / "paged_kv.py").read_bytes(), first.stdout
     r = make(handout, "submit", f"IMPL={sol}")
     assert r.returncode == 0, r.stdout + r.stderr
-    with zipfile.ZipFile(zip_path) as z:
-        assert z.namelist() == ["paged_kv.py"]
-        assert z.read("paged_kv.py") == (sol / "paged_kv.py").read_bytes()
-    assert "Note:" not in r.stdout         # no TODO left in the reference
-    zip_path.unlink()
+    assert zipped(real) == (handout / "starter" / "paged_kv.py").read_bytes(), "the real zip was replaced"
+    assert zipped(copy) == (sol / "paged_kv.py").read_bytes()
+    assert "Wrote build/submission.zip: exactly one file, paged_kv.py, copied from starter/paged_kv.py (" \
+        in first.stdout, first.stdout
+    assert f"Wrote build/submission-sol.zip: exactly one file, paged_kv.py, copied from {sol / 'paged_kv.py'} (" \
+        in r.stdout, r.stdout
+    assert "Note:" not in r.stdout         # no TODO left in the reference, no zip replaced
+    (sol / "paged_kv.py").write_text((sol / "paged_kv.py").read_text() + "\n# changed\n")
+    r = make(handout, "submit", f"IMPL={sol}")
+    assert r.returncode == 0 and zipped(copy) == (sol / "paged_kv.py").read_bytes(), r.stdout + r.stderr
+    assert "Note: build/submission-sol.zip was there already, with another paged_kv.py (" in r.stdout, r.stdout
+    real.unlink()
+    copy.unlink()
 
 
 # Signs in pip's output that the package index could not be reached (then the test skips).

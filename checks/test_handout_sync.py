@@ -394,6 +394,21 @@ def test_an_altered_inline_code_span_is_caught(texts):
                for p in problems), problems
 
 
+@pytest.mark.parametrize("section, sentence, lost", [
+    ("## Part 2: paged KV and the paged step", "最后一块如果未满（`length % B != 0`）且引用计数 r > 1，", "'min(n, r - 1)'"),
+    ("## Part 5 (bonus): shared prefix across requests", "  1. 如果 `len(blocks) < len(tokens) // B`，", "'[0, n_blocks)'"),
+])
+def test_a_rule_left_out_of_the_chinese_is_caught(texts, section, sentence, lost):
+    """Issue 15's rules, stated where students look for them: the copy count of a step in Part 2, and
+    insert's steps in Part 5. A Chinese edition without the sentence is caught by its code spans."""
+    en, zh = texts
+    start = zh.index(sentence)
+    end = zh.index("\n", start) if sentence.startswith("  1.") else zh.index("先数清楚", start)
+    problems = all_new(en, zh[:start] + zh[end:])
+    assert any(p.startswith(f"section {section!r}: inline code: only in English [") and lost in p
+               for p in problems), problems
+
+
 def test_a_changed_number_is_caught(texts):
     en, zh = texts
     start, end = section_span(zh, "### The KV cache wastes memory")
@@ -412,10 +427,10 @@ def test_a_changed_number_is_caught(texts):
      "extra-credit table differs from the rubric at check 5"),
     ("| `prefix_cache` | **合计，Part 5（加分题）** | **10** |", "| `prefix_cache` | **合计，Part 5（加分题）** | **11** |",
      "extra-credit table's totals"),
-    ("| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 5 |",
-     "| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 4 |", "differs from the rubric at check 2"),
-    ("| `allocator` | alloc 返回编号最小的空闲块，释放之后也是 | 5 |",
-     "| `paged_step` | alloc 返回编号最小的空闲块，释放之后也是 | 5 |", "differs from the rubric at check 2"),
+    ("| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |",
+     "| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 4 |", "differs from the rubric at check 2"),
+    ("| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |",
+     "| `paged_step` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |", "differs from the rubric at check 2"),
     ("| `blockwise_attention` | 长度 0：ValueError | 1 |",
      "| `blockwise_attention` | 长度为 0：ValueError | 1 |", "differs from the rubric at check 20"),
     ("| `blockwise_attention` | 长度 0：ValueError | 1 |\n", "", "differs from the rubric at check 20"),

@@ -352,18 +352,19 @@ def test_demo_py_on_stubs(tmp_path):
     assert "Traceback" not in out and "crashed" not in out, out[-3000:]
     for name in ("demo1_block_table", "demo2_equivalence", "demo3_parallel_sampling", "demo4_beam_search"):
         assert f"[{name}] not implemented yet" in out, f"{name} does not say 'not implemented yet':\n{out}"
-    assert "demo5" not in out, "stubs without any Part 5 name: no demo 5 (the bonus not attempted)"
+    assert out.count("[demo5_prefix_cache] bonus not attempted: paged_kv.py defines no PrefixCache") == 1, out
 
 
 def test_demo_py_on_the_starter():
     code, out = run(["lab/demo.py", "--impl", "starter", "--lang", "en"])
     assert code == 0 and "Traceback" not in out, out[-3000:]
-    assert out.count("not implemented yet") == 5, out
+    assert out.count("not implemented yet") == 4, out           # demos 1-4; demo 5: the bonus not attempted
+    assert out.count('[demo5_prefix_cache] bonus not attempted: its stubs still raise NotImplementedError') == 1, out
 
 
 def test_demo_py_without_part_5(tmp_path):
-    """A submission written before the bonus existed (or a course without the bonus): the lecture's
-    four demos, and nothing about a fifth."""
+    """A submission written before the bonus existed: the lecture's four demos, and demo 5 says in one
+    line that the bonus is not attempted (a course without the bonus: checks/test_handout.py)."""
     text = (ROOT / "solution" / "paged_kv.py").read_text()
     cut = text.index("\n# ----------------------------------------------------------------"
                      " Part 5 (bonus)")
@@ -373,7 +374,8 @@ def test_demo_py_without_part_5(tmp_path):
     for n in (1, 2, 3, 4):
         assert out.count(f"Demo {n}:") == 1
     assert "Demo 5:" not in out and "Traceback" not in out and "DIFFERENT" not in out
-    assert "not implemented yet" not in out and "demo5" not in out and "bonus" not in out
+    assert "not implemented yet" not in out and out.count("bonus") == 1
+    assert "[demo5_prefix_cache] bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill" in out
 
 
 @pytest.mark.parametrize("env_lang,word", [("zh_CN.UTF-8", "还没有实现"), ("C.UTF-8", "not implemented yet")])
@@ -386,4 +388,4 @@ def test_demo_language_from_lang_and_utf8_whatever_the_locale(tmp_path, env_lang
                        capture_output=True, timeout=120)
     out = r.stdout.decode("utf-8")
     assert r.returncode == 0 and "Traceback" not in out, out + r.stderr.decode(errors="replace")
-    assert out.count(word) == 4, out        # the stubs have no Part 5: the lecture's four demos
+    assert out.count(word) == 4, out        # the stubs have no Part 5: demo 5 says "bonus not attempted"

@@ -59,3 +59,13 @@ def test_a_part_1_bug_fails_no_public_test_of_part_2(tmp_path, test):
     tests, not Part 2's (tables are compared by allocation order)."""
     out = public_tests(tmp_path, "b = heapq.heappop(self._free)", "b = self._free.pop()", "-k", test)
     assert " passed" in out and "failed" not in out, out[-3000:]
+
+
+def test_a_pop_allocator_fails_only_the_lowest_free_tests_of_part_1(tmp_path):
+    """Issue 16: the same pop() allocator failed 21 of Part 1's 24 public tests; the scripts name
+    blocks by handle, so only the tests of which id is handed out fail, and they say so."""
+    out = public_tests(tmp_path, "b = heapq.heappop(self._free)", "b = self._free.pop()", "-m", "allocator")
+    failed = [ln.split()[1].split("[")[0] for ln in summary(out).splitlines() if ln.strip().startswith("FAILED")]
+    assert failed and set(failed) == {"test_alloc_hands_out_the_lowest_free_block"}, out[-3000:]
+    assert "fresh pool: the ids returned by alloc and copy_block, in order" in out, out[-3000:]
+    assert "expected [0, 1, 2, 3], got [3, 2, 1, 0]" in out, out[-3000:]

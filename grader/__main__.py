@@ -1,4 +1,4 @@
-"""python -m grader SUBMISSION [--results PATH] | python -m grader batch DIR [--jobs N] [--csv PATH]
+"""python -m grader SUBMISSION [--results PATH] [--seed N] | python -m grader batch DIR [options] (batch.py)
 
 SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submission), or the zip
 `make submit` writes."""
@@ -14,7 +14,10 @@ def main(argv=None):
     if argv[:1] == ["batch"]:
         from grader.batch import main as batch_main
         return batch_main(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m grader", description="Grade one paged_kv.py submission.")
+    ap = argparse.ArgumentParser(prog="python -m grader", description="Grade one paged_kv.py submission.",
+                                 epilog="To grade a class: python -m grader batch DIR [--jobs N] [--csv PATH] [--seed N] "
+                                        "[--isolate auto|yes|no] [--regrade NAME]; python -m grader batch --help "
+                                        "says more.")
     ap.add_argument("submission", help="a paged_kv.py file, a folder holding one, or a zip")
     ap.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     ap.add_argument("--seed", type=int, help="seed of the hidden inputs (default: from --metadata, else 0)")

@@ -1,41 +1,47 @@
-"""Grade a folder of submissions, N at a time, into a CSV gradebook, and summarise the class.
+"""Grade a folder of submissions, N at a time, into a CSV gradebook, feedback files and a class report.
 
-    python -m grader batch DIR [--jobs N] [--csv PATH] [--isolate auto|yes|no]
+    python -m grader batch DIR [--jobs N] [--csv PATH] [--seed N] [--isolate auto|yes|no] [--regrade NAME]
 
 A submission is each subfolder, loose .py file and .zip file of DIR (names starting with "." are
 skipped). Each is graded by its own `python -m grader` process (a crash or a hostile submission
 cannot touch the others' grading), with its own job number so concurrent sandboxes never share a
-uid or a folder, and killed with the batch (PR_SET_PDEATHSIG). Seeds: the submission's
-submission_metadata.json if it has one, else its name.
+uid or a folder, and killed with the batch (PR_SET_PDEATHSIG). Seeds: --seed for all, else the
+submission's submission_metadata.json if it has one (Gradescope's seed for the same student),
+else its name.
 
 Resumable: each result is written atomically, then stamped (in RESULTS/.stamps/) with the hashes of
 the submission, of the grader (fingerprint.grader_hash), the seed, whether it was isolated, and of
-the results file itself. A run reuses every result whose stamp still matches and grades the rest,
-so a batch killed at any moment (even SIGKILL) loses at most the gradings in flight, and the CSV
-(written atomically, at the end) always holds every submission.
+the results file itself. A run reuses every result whose stamp still matches and grades the rest
+(and what --regrade names, again), so a batch killed at any moment (even SIGKILL) loses at most the
+gradings in flight. Ctrl-C and SIGTERM stop it the same way: the gradings in flight are stopped,
+every finished result is kept, and a partial gradebook of what is done is written beside the CSV.
+The CSV itself (written atomically, at the end) always holds every submission.
 
 Progress goes to stdout as one line per graded submission, flushed, so a redirected log shows it as
-it happens: done / total, elapsed, an estimate of the time left. At the end: the class summary
-(classview.py).
+it happens: done / total, elapsed, an estimate of the time left. At the end: the gradebook
+(gradebook.py), each student's feedback (handback.py), the class report page (classpage.py) and
+the class summary with its integrity flags (classview.py, integrity.py).
 """
 import argparse
-import csv
-import ctypes
 import hashlib
 import json
 import os
 import queue
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import classview, paths, report, rubric
+from grader import classpage, classview, gradebook, handback, integrity, paths, report
 from grader.fingerprint import bytes_hash, entry_hash, grader_hash
+from grader.submission import SubmissionError, opened
 
 KINDS = (".py", ".zip")
+STOP_WAIT = 15.0            # s a grading in flight gets to stop after SIGINT, before SIGKILL
 
 
 def submissions(folder):
@@ -47,12 +53,26 @@ def submissions(folder):
     return {(stem if stems.count(stem) == 1 else e.name): e for stem, e in zip(stems, entries)}
 
 
-def seed_of(name, path):
+def seed_of(name, path, fixed=None):
+    """The seed a submission is graded with: `fixed` (--seed), else Gradescope's from its
+    submission_metadata.json, else one from its name."""
+    if fixed is not None:
+        return fixed
     meta = path / "submission_metadata.json" if path.is_dir() else None
     if meta and meta.is_file():
         from grader.grade import seed_for
         return seed_for(meta)
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+
+
+def graded_file(path):
+    """(the bytes of the file a grading of `path` grades, whether it came out of a zip); (None,
+    False) when there is none (the grading says why)."""
+    try:
+        with opened(path) as found:
+            return found.path.read_bytes(), found.from_zip
+    except (SubmissionError, OSError):
+        return None, False
 
 
 def isolated(mode):
@@ -62,6 +82,7 @@ def isolated(mode):
 def die_with_parent(parent_pid):
     """In a grading child: be SIGKILLed when the batch that started it dies (PR_SET_PDEATHSIG = 1),
     and exit at once if it is already gone."""
+    import ctypes
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
@@ -103,43 +124,70 @@ class Store:
         report.write_atomically(self.stamps / f"{name}.json", {**stamp, "results": bytes_hash(raw)})
 
 
-def grade_one(name, path, store, job, isolate, seed):
-    """(results dict or None, seconds, error text)."""
+class Children:
+    """The gradings running now, so that an interrupt stops them the way Ctrl-C does (SIGINT: each
+    grading kills its sandboxes and exits), and none starts after it."""
+
+    def __init__(self):
+        self.lock, self.running, self.closed = threading.Lock(), set(), False
+
+    def run(self, cmd):
+        """(exit status, stdout, stderr) of one grading; None when the batch is stopping."""
+        with self.lock:
+            if self.closed:
+                return None
+            proc = subprocess.Popen(cmd, cwd=paths.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True)
+            self.running.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+        return proc.returncode, out, err
+
+    def stop(self, told):
+        """Stop every grading in flight. `told`: they got the signal already (Ctrl-C at a terminal
+        reaches the whole foreground group), so they get a moment to stop on their own first."""
+        with self.lock:
+            self.closed = True
+        end = time.monotonic() + (3.0 if told else 0.0)
+        while self._alive() and time.monotonic() < end:
+            time.sleep(0.05)
+        for proc in self._alive():
+            proc.send_signal(signal.SIGINT)
+        end = time.monotonic() + STOP_WAIT
+        while self._alive() and time.monotonic() < end:
+            time.sleep(0.05)
+        for proc in self._alive():
+            proc.kill()
+
+    def _alive(self):
+        with self.lock:
+            return [p for p in self.running if p.poll() is None]
+
+
+def grade_one(name, path, store, stamp, job, isolate, children, table=False):
+    """Grade one submission in its own process and stamp the result.
+    (results dict or None, seconds, error text, the staff's table when `table`)."""
     store.forget(name)
     results = store.results_path(name)
-    cmd = [sys.executable, "-m", "grader", str(path), "--results", str(results), "--quiet", "--seed", str(seed),
-           "--job", str(job), "--isolate", isolate, "--parent-pid", str(os.getpid())]
+    cmd = [sys.executable, "-m", "grader", str(path), "--results", str(results), "--seed", str(stamp["seed"]),
+           "--job", str(job), "--isolate", isolate, "--parent-pid", str(os.getpid()), *([] if table else ["--quiet"])]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=paths.REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    ran = children.run(cmd)
     seconds = time.perf_counter() - start
+    if ran is None:
+        return None, seconds, "not graded: the batch was stopped", ""
+    code, out, err = ran
     try:
-        data = json.loads(results.read_text()) if proc.returncode == 0 else None
+        data = json.loads(results.read_text()) if code == 0 else None
     except (OSError, ValueError):
         data = None
     if data is None:
-        return None, seconds, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
-    return data, seconds, ""
-
-
-def row_of(name, results, error=""):
-    if results is None:
-        return {"submission": name, "score": "", "status": f"grader failed: {error}",
-                **dict.fromkeys(rubric.ALL_PARTS, "")}
-    problem = (results.get("extra_data") or {}).get("not_graded")
-    status = f"not graded: {problem.splitlines()[0][:200]}" if problem else "graded"
-    return {"submission": name, "score": results["score"], **report.part_scores(results), "status": status}
-
-
-def write_csv(path, rows):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=report.csv_fields())
-        w.writeheader()
-        for row in rows:
-            w.writerow(row)
-    os.replace(tmp, path)
+        return None, seconds, f"exit {code}: {err.strip()[-300:]}", out
+    store.stamp(name, stamp)
+    return data, seconds, "", out
 
 
 def _clock(seconds):
@@ -160,63 +208,160 @@ def say(line=""):
     print(line, flush=True)
 
 
+class Outputs:
+    """Where a batch writes, all beside the CSV: NAME.csv, NAME.partial.csv (after an interrupt),
+    NAME-results/ (results.json per submission), NAME-feedback/ (what each student sees), NAME.html."""
+
+    def __init__(self, csv_path):
+        self.csv = Path(csv_path)
+        base = self.csv.resolve().parent / self.csv.stem
+        self.partial = self.csv.with_name(f"{self.csv.stem}.partial.csv")
+        self.results = Path(f"{base}-results")
+        self.feedback = Path(f"{base}-feedback")
+        self.page = Path(f"{base}.html")
+
+
+HELP_EPILOG = """\
+outputs, beside the CSV (build/gradebook.csv by default):
+  gradebook.csv            one row per submission, after a "Points Possible" row (see README)
+  gradebook-results/       each submission's results.json, and the stamps a rerun checks
+  gradebook-feedback/      NAME.txt: exactly what the student sees of their results.json
+  gradebook.html           the class report: histograms, most failed checks, flags, links
+  gradebook.partial.csv    after Ctrl-C or SIGTERM: the rows of what was done
+
+regrade one submission exactly as the batch did (same seed, isolation and row): the same
+command with --regrade NAME (make regrade DIR=... NAME=...). Gradescope grades a folder that
+holds submission_metadata.json with the same seed.
+"""
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m grader batch", description=__doc__.splitlines()[0],
+                                 epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", help="the class folder: one subfolder, .py file or .zip file per submission")
+    ap.add_argument("--jobs", type=int, default=2, help="gradings at a time (default: 2; each uses about one core)")
+    ap.add_argument("--csv", default="build/gradebook.csv",
+                    help="the gradebook to write; the other outputs go beside it (default: build/gradebook.csv)")
+    ap.add_argument("--seed", type=int, help="grade every submission with this seed of the hidden inputs (default: "
+                                             "each its own: Gradescope's from its submission_metadata.json, else "
+                                             "one from its name; the CSV's seed column says which)")
+    ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
+                    help="run submissions as an unprivileged user in namespaces (auto, the default: when root)")
+    ap.add_argument("--regrade", action="append", default=[], metavar="NAME",
+                    help="grade NAME again even if its stored result is still valid, and print its staff table "
+                         "(repeatable)")
+    return ap.parse_args(argv)
+
+
 def main(argv):
-    ap = argparse.ArgumentParser(prog="python -m grader batch", description=__doc__.splitlines()[0])
-    ap.add_argument("folder")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--csv", default="build/gradebook.csv")
-    ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto")
-    args = ap.parse_args(argv)
+    args = parse(argv)
     if not Path(args.folder).is_dir():
         print(f"grader: no such folder: {args.folder}", file=sys.stderr)
         return 2
     subs = submissions(args.folder)
-    store = Store(Path(args.csv).resolve().parent / (Path(args.csv).stem + "-results"))
+    unknown = [n for n in args.regrade if n not in subs]
+    if unknown:
+        print(f"grader: no submission named {', '.join(unknown)} in {args.folder} (its names: "
+              f"{', '.join(subs) or 'none'})", file=sys.stderr)
+        return 2
+    out = Outputs(args.csv)
+    store = Store(out.results)
     grader = grader_hash()
-    stamps = {name: {"submission": entry_hash(path), "grader": grader, "seed": seed_of(name, path),
+    stamps = {name: {"submission": entry_hash(path), "grader": grader, "seed": seed_of(name, path, args.seed),
                      "isolated": isolated(args.isolate)} for name, path in subs.items()}
-    results = {name: store.valid(name, stamps[name]) for name in subs}
+    results = {name: None if name in args.regrade else store.valid(name, stamps[name]) for name in subs}
     todo = [name for name in subs if results[name] is None]
-    errors = {}
     jobs = max(1, min(args.jobs, len(todo) or 1))
     plan = f"{len(todo)} to grade with {jobs} job{'s' * (jobs > 1)}" if todo else "nothing to grade"
     say(f"{len(subs)} submissions in {args.folder}: {len(subs) - len(todo)} already graded (same file, same "
         f"grader), {plan}. Results in {store.folder}")
-    start = time.perf_counter()
+    errors, tables = {}, {}
+    stopped = _grade(todo, subs, store, stamps, jobs, args, results, errors, tables)
+    files = {name: graded_file(path) for name, path in subs.items()}
+    flags = integrity.flags({n: f[0] for n, f in files.items()}, results)
+    rows = [gradebook.row(name, results[name], error=errors.get(name, ""),
+                          student=gradebook.student_id(name, subs[name]), flags=flags.of(name),
+                          from_zip=files[name][1], seed=stamps[name]["seed"]) for name in subs]
+    if stopped:
+        done = [r for r in rows if results[r["submission"]] is not None]
+        gradebook.write(out.partial, done)
+        say(f"\nInterrupted ({stopped}). Every finished result is kept ({len(done)} of {len(rows)} submissions): "
+            f"run the same command again to grade the rest.\nA partial gradebook of those {len(done)}: "
+            f"{out.partial} ({out.csv} is not written until every submission is graded).")
+        return 143 if stopped == "SIGTERM" else 130
+    gradebook.write(out.csv, rows)
+    out.partial.unlink(missing_ok=True)
+    handback.write(out.feedback, results)
+    classpage.write(out.page, results, rows, flags, out.feedback)
+    failed = [r for r in rows if r["status"].startswith("grader failed")]
+    say(f"\n{len(rows)} submissions -> {args.csv} ({len(todo)} graded, {len(rows) - len(todo)} reused)")
+    say(f"  feedback for each student: {out.feedback}/NAME.txt; the class report: {out.page}")
+    for row in failed:
+        say(f"  {row['submission']}: {row['status']}")
+    for name, table in tables.items():
+        say(f"\nRegraded {name} (seed {stamps[name]['seed']}):\n{table.rstrip()}")
+    say()
+    for line in classview.summary(results, flags):
+        say(line)
+    say(f"\nRegrade one submission exactly as this batch did: {_again(args)} --regrade NAME")
+    return 3 if failed else 0
+
+
+def _again(args):
+    """The command that repeats this batch's settings."""
+    words = ["python", "-m", "grader", "batch", args.folder, "--csv", args.csv]
+    words += ["--seed", str(args.seed)] if args.seed is not None else []
+    words += ["--isolate", args.isolate] if args.isolate != "auto" else []
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _grade(todo, subs, store, stamps, jobs, args, results, errors, tables):
+    """Grade `todo` into `results`; None when every grading finished, else the signal that stopped
+    the batch ("Ctrl-C" or "SIGTERM"). SIGTERM stops it as Ctrl-C does."""
+    start, children = time.perf_counter(), Children()
     free_jobs = queue.Queue()              # job numbers 1..N: two gradings never run with the same one
     for j in range(1, jobs + 1):
         free_jobs.put(j)
+    terminated = []
+
+    def on_term(signum, frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt
 
     def run(name):
         job = free_jobs.get()
         try:
-            return grade_one(name, subs[name], store, job, args.isolate, stamps[name]["seed"])
+            return grade_one(name, subs[name], store, stamps[name], job, args.isolate, children,
+                             table=name in args.regrade)
         finally:
             free_jobs.put(job)
 
+    previous = signal.signal(signal.SIGTERM, on_term)
     pool = ThreadPoolExecutor(jobs)
+    futures = {}
     try:
         futures = {pool.submit(run, name): name for name in todo}
         for done, future in enumerate(as_completed(futures), 1):
             name = futures[future]
-            data, seconds, errors[name] = future.result()
-            if data is not None:
-                store.stamp(name, stamps[name])
-            results[name] = data
-            say(progress(done, len(todo), time.perf_counter() - start, name, data, seconds))
-    except KeyboardInterrupt:             # Ctrl-C: the gradings in flight got it too
+            _take(name, future.result(), results, errors, tables, args)
+            say(progress(done, len(todo), time.perf_counter() - start, name, results[name],
+                         future.result()[1]))
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)        # one stop is enough
+        children.stop(told=not terminated)
         pool.shutdown(wait=True, cancel_futures=True)
-        say("\nInterrupted. Every finished result is kept: run the same command again to grade the rest.")
-        return 130
+        for future, name in futures.items():                 # finished while stopping: kept too
+            if future.done() and not future.cancelled() and future.exception() is None:
+                _take(name, future.result(), results, errors, tables, args)
+        return "SIGTERM" if terminated else "Ctrl-C"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     pool.shutdown()
-    rows = [row_of(name, results[name], errors.get(name, "")) for name in subs]
-    write_csv(args.csv, rows)
-    failed = [r for r in rows if r["status"].startswith("grader failed")]
-    say(f"\n{len(rows)} submissions -> {args.csv} ({len(todo)} graded in {_clock(time.perf_counter() - start)}, "
-        f"{len(rows) - len(todo)} reused)")
-    for row in failed:
-        say(f"  {row['submission']}: {row['status']}")
-    say()
-    for line in classview.summary(results):
-        say(line)
-    return 3 if failed else 0
+    return None
+
+
+def _take(name, outcome, results, errors, tables, args):
+    data, _, errors[name], table = outcome
+    results[name] = data
+    if name in args.regrade and table:
+        tables[name] = table

@@ -2,6 +2,10 @@
 
 Positive evidence only: a case counts as passed when its call phase reported "passed". Anything
 else (failed, skipped, errored in setup, never run) is a failure.
+
+Also, per check whose sandbox reply was a stub's NotImplementedError("TODO Part N ...") (the worker
+sends N alone, validated by sandbox.py): N. grade.py uses it only to say "bonus not attempted" of a
+bonus part that scored nothing.
 """
 
 
@@ -10,6 +14,7 @@ class Collector:
         self.checks = {}        # nodeid -> check id, for every collected case
         self.outcomes = {}      # nodeid -> (passed, message)
         self.errors = []        # problems of the grader itself (collection errors)
+        self.todo_parts = {}    # check id -> N: its reply was a stub's NotImplementedError("TODO Part N")
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
@@ -28,6 +33,10 @@ class Collector:
             passed = report.when == "call" and report.outcome == "passed"
             if report.nodeid not in self.outcomes or not passed:
                 self.outcomes[report.nodeid] = (passed, "" if passed else _message(report))
+
+    def pytest_sessionfinish(self, session):
+        grading = getattr(session.config, "grading", None)
+        self.todo_parts = dict(getattr(grading, "todo_parts", {}))
 
     def by_check(self):
         """check id -> [(passed, message)] over its collected cases; a case that never reported fails."""

@@ -97,7 +97,12 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
     missing = {c for c in rubric.CHECKS if rubric.CHECKS[c].part not in left_out} - set(collector.checks.values())
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")
-    rows = feedback.finish(score(collector.by_check(), left_out=left_out), level)
+    by_check = collector.by_check()
+    stubbed = bonus_stubbed(by_check, collector.todo_parts)
+    if stubbed:
+        left_out = {**left_out, **stubbed}
+        staff["bonus"] = left_out
+    rows = feedback.finish(score(by_check, left_out=left_out), level)
     return _finish(results_path, rows, start, quiet, notes=found.notes, header=header,
                    staff={**staff, "feedback": level})
 
@@ -117,6 +122,26 @@ def bonus_left_out(missing):
         elif lacking:
             out[part] = (f"bonus not graded: paged_kv.py does not define {', '.join(lacking)} (keep every name of "
                          "the starter's Part 5)")
+    return out
+
+
+BONUS_STUBBED = ('bonus not attempted: every Part {n} check stopped at a stub that still raises '
+                 'NotImplementedError("TODO Part {n} ...") (extra credit only: the other parts are graded as usual)')
+
+
+def bonus_stubbed(by_check, todo_parts):
+    """{bonus part: why} for the bonus parts left as the starter's stubs: every check of the part got
+    no answer because the sandbox reported a stub of that very part (todo_parts: check id -> N of
+    "TODO Part N"), and none of its cases passed. Decided from what the sandbox reported, not from
+    the file's text; it relabels only a part that scored nothing, so it changes no score, and it
+    never looks at another part: a failure of Parts 1-4 stays what it is."""
+    out = {}
+    for part in rubric.BONUS_PARTS:
+        n = rubric.ALL_PARTS.index(part) + 1
+        ids = [cid for cid, check in rubric.CHECKS.items() if check.part == part]
+        if ids and all(todo_parts.get(cid) == n for cid in ids) \
+                and not any(ok for cid in ids for ok, _ in by_check.get(cid, [])):
+            out[part] = BONUS_STUBBED.format(n=n)
     return out
 
 

@@ -1,4 +1,5 @@
-"""What grading produces: Gradescope's results.json, a terminal table, and a gradebook row.
+"""What grading produces: Gradescope's results.json, a terminal table, and the text a student sees
+of a results.json (visible_text: the feedback files of an offline batch).
 
 Who reads what. Gradescope shows students results.json's `output` at the top, then every test;
 it shows instructors, and only them, what run_autograder printed (results/stdout, "only shown to
@@ -22,13 +23,14 @@ hidden suites built from validated plain data.
 """
 import json
 import os
+import re
 import tempfile
 
-from grader import rubric
+from grader import firstdiff, rubric
 from grader.score import part_totals
 
 MAX_FEEDBACK = 3        # failed cases shown per check; the rest are counted
-FIRST_LINES = 3         # lines of the first difference quoted in the summary, per part
+FIRST_LINES = 3         # lines of the first difference quoted in the summary, per part (whole pieces only)
 
 
 def feedback(row):
@@ -68,7 +70,9 @@ def not_graded(rows, part):
 
 
 def first_to_fix(rows, part):
-    """Lines naming the part's first failing check and the start of its first difference."""
+    """Lines naming the part's first failing check and the start of its first difference (whole
+    pieces of it: firstdiff.quote), then, once, the other checks of the part whose first difference
+    is the same (one cause, many checks)."""
     failing = [r for r in rows if r["check"].part == part and r["points"] < r["check"].points]
     if not failing:
         return []
@@ -76,10 +80,17 @@ def first_to_fix(rows, part):
         return [f"  {not_graded(rows, part)}"]
     row = failing[0]
     cases = f" ({row['passed']} of {row['cases']} cases passed)" if row["cases"] else ""
-    said = [line.rstrip() for line in (row["failures"] or [""])[0].splitlines()
-            if line.strip() and not line.startswith("Read assignment.md")]
-    return [f"  First to fix: {row['check'].title}{cases}",
-            *(f"      {line}" for line in said[:FIRST_LINES])]
+    first = (row["failures"] or [""])[0]
+    lines = [f"  First to fix: {row['check'].title}{cases}",
+             *(f"      {line}" for line in firstdiff.quote(row["check"].title, first, FIRST_LINES))]
+    said = firstdiff.cause(row["check"].title, first)
+    same = [r["check"] for r in failing[1:] if said is not None and r["failures"]
+            and firstdiff.cause(r["check"].title, r["failures"][0]) == said]
+    if same:
+        names = "; ".join(re.split(r"[:;]", c.title)[0] for c in same)
+        lines.append(f"  The same first difference fails {len(same)} more check{'s' * (len(same) > 1)} of this part "
+                     f"(one cause, most likely): {names}")
+    return lines
 
 
 def student_output(rows, notes=(), problem=None):
@@ -163,11 +174,25 @@ def table(rows, header):
     return "\n".join(lines)
 
 
-def csv_fields():
-    return ["submission", "score", *rubric.ALL_PARTS, "status"]
-
-
 def part_scores(results):
     """part -> points, from a results.json's tests (their tags)."""
     return {part: round(sum(t["score"] for t in results["tests"] if part in t["tags"]), 2)
             for part in rubric.ALL_PARTS}
+
+
+RULE = "-" * 72
+
+
+def visible_text(results):
+    """What a student sees of a results.json, as one text: `output`, then every test that is not
+    hidden (its number, name, points and output), as Gradescope shows them. Nothing of extra_data or
+    of the staff's stdout is in it."""
+    out = [results.get("output", "")]
+    default = results.get("visibility", "visible")
+    for test in results.get("tests", []):
+        if test.get("visibility", default) == "hidden":
+            continue
+        head = f"{test.get('number', '')} {test['name']}".strip()
+        out += ["", RULE, f"{head}: {float(test['score']):.2f} / {test['max_score']} ({test.get('status', '')})",
+                test.get("output", "")]
+    return "\n".join(out).rstrip("\n") + "\n"

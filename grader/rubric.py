@@ -21,12 +21,12 @@ SECTIONS = {
 _RUBRIC = [
     ("allocator", [
         ("layout", 3, "new pool: attributes, storage shape, dtype and zeros, for any Config"),
-        ("lowest_free_first", 5, "alloc returns the lowest free block, also after frees"),
+        ("lowest_free_first", 5, "alloc and copy_block take the lowest free block, also after frees"),
         ("refcounts", 4, "incref / decref / refcount, n_used and n_free"),
         ("peak_used", 2, "peak_used is the largest n_used ever reached"),
         ("exhaustion", 3, "alloc on a full pool: MemoryError, pool unchanged"),
         ("bad_ids", 3, "bad or free block ids: ValueError, pool unchanged"),
-        ("copy_block", 3, "copy_block: a new block (the lowest free), source refcount unchanged, n_copies, full pool"),
+        ("copy_block", 3, "copy_block: a new block, source refcount unchanged, n_copies, full pool"),
         ("random_ops", 2, "long random operation sequences: same state as the reference"),
     ]),
     ("paged_step", [

@@ -9,12 +9,12 @@ needs its line here and its row in both editions.
 
 TITLES = {
     "allocator.layout": "新建的池：属性、存储形状、dtype 和全零，任意 Config",
-    "allocator.lowest_free_first": "alloc 返回编号最小的空闲块，释放之后也是",
+    "allocator.lowest_free_first": "alloc 和 copy_block 取编号最小的空闲块，释放之后也是",
     "allocator.refcounts": "incref / decref / refcount、n_used 和 n_free",
     "allocator.peak_used": "peak_used 是 n_used 到达过的最大值",
     "allocator.exhaustion": "池满时 alloc：MemoryError，池不变",
     "allocator.bad_ids": "不合法或空闲的块编号：ValueError，池不变",
-    "allocator.copy_block": "copy_block：新块（编号最小的空闲块）、源块的引用计数不变、n_copies、池满",
+    "allocator.copy_block": "copy_block：新块、源块的引用计数不变、n_copies、池满",
     "allocator.random_ops": "很长的随机操作序列：状态与参考实现相同",
 
     "paged_step.prefill": "prefill 的 logits 等于连续的 forward",
@@ -32,8 +32,8 @@ TITLES = {
     "blockwise_attention.empty": "长度 0：ValueError",
 
     "copy_on_write.fork": "fork 共享整张块表：相同的块和长度，每个引用计数 + 1",
-    "copy_on_write.copy_when_needed": "恰好在最后一块半满且被共享时写时复制",
-    "copy_on_write.n_minus_1": "半满块的 n 个持有者写入时复制 n - 1 次",
+    "copy_on_write.copy_when_needed": "恰好在最后一块未满且被共享时写时复制",
+    "copy_on_write.n_minus_1": "未满块的 n 个持有者写入时复制 n - 1 次",
     "copy_on_write.copied_data": "测试存入的 K/V 在 fork、复制和 free 之后经块表读回",
     "copy_on_write.free": "free 归还每个块（引用计数 - 1）；释放后的序列可以再用",
     "copy_on_write.sharing_invariance": "共享不改变任何结果：logits 和 K/V 与不共享时相同",

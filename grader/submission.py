@@ -40,6 +40,7 @@ class Found:
     path: Path               # the file to grade (for a zip, a private copy of its member)
     shown: str               # what the student submitted, e.g. "paged_kv (1).py" or "submission.zip: paged_kv.py"
     notes: tuple = ()        # lines for the top of the student's report (a renamed file, copies not graded)
+    from_zip: bool = False   # the file is a zip's member
 
 
 @contextlib.contextmanager
@@ -162,6 +163,6 @@ def _from_zip(zip_path):
     private = Path(tempfile.mkdtemp(prefix="cs349e-zip-"))
     try:
         (private / NAME).write_bytes(data)
-        yield Found(private / NAME, f"{label}: {_printable(chosen)}", notes)
+        yield Found(private / NAME, f"{label}: {_printable(chosen)}", notes, from_zip=True)
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -75,7 +75,12 @@ EN = {
     ],
 
     "demo5.parts": "Parts 1-2, and the bonus Part 5 (PrefixCache, cached_prefill)",
-    "demo5.absent": "bonus not attempted: paged_kv.py defines no PrefixCache or no cached_prefill",
+    "demo5.not_attempted": "\n  [demo5_prefix_cache] bonus not attempted: {why}. Part 5 is extra credit: "
+                           "Parts 1-4 lose nothing.",
+    "demo5.absent": "paged_kv.py defines no PrefixCache and no cached_prefill",
+    "demo5.stubbed": 'its stubs still raise NotImplementedError("TODO Part 5 ...")',
+    "demo5.incomplete": "\n  [demo5_prefix_cache] cannot run: paged_kv.py has only some of the bonus's names "
+                        "({problems}).",
     "demo5.title": "Demo 5: requests sharing a system prompt reuse its cached blocks ({system}-token system prompt "
                    "+ {question}-token question each; prefill one by one, then {steps} decode steps together; "
                    "block size {bs})",
@@ -144,7 +149,7 @@ ZH = {
     "demo3.columns": ["样本数 n", "输出 vs 各自一份 KV", "最后一步用的块", "不共享时要的块", "平均省下的块",
                       "写时复制的次数"],
     "demo3.observations": [
-        "n 个样本共享提示的 7 个块（100 个 token 里的 96 个填满 6 个块，第 7 块只有 4 个）。往这个半满的块里写时，"
+        "n 个样本共享提示的 7 个块（100 个 token 里的 96 个填满 6 个块，第 7 块只有 4 个）。往这个未满的块里写时，"
         "前 n − 1 个样本各触发一次写时复制；最后一个发现引用计数已经是 1，直接就地写入，所以一共复制 n − 1 次。",
         "省下的比例随 n 增大，也取决于提示和输出的长短：提示越长、输出越短，省得越多。vLLM 论文在 Alpaca 上"
         "测到 6.1%–9.8%，在 ShareGPT 上测到 16.2%–30.5%（图 15）。",
@@ -164,7 +169,10 @@ ZH = {
     ],
 
     "demo5.parts": "Part 1–2，以及加分题 Part 5（PrefixCache、cached_prefill）",
-    "demo5.absent": "加分题未做：paged_kv.py 没有定义 PrefixCache 或 cached_prefill",
+    "demo5.not_attempted": "\n  [demo5_prefix_cache] 加分题未做：{why}。Part 5 是额外加分：Part 1-4 不受任何影响。",
+    "demo5.absent": "paged_kv.py 没有定义 PrefixCache，也没有定义 cached_prefill",
+    "demo5.stubbed": '它的桩函数仍在抛出 NotImplementedError("TODO Part 5 ...")',
+    "demo5.incomplete": "\n  [demo5_prefix_cache] 无法运行：paged_kv.py 只有加分题的一部分名字（{problems}）。",
     "demo5.title": "演示 5：共享系统提示的请求复用缓存里的块"
                    "（系统提示 {system} 个 token + 每个请求 {question} 个 token 的问题；"
                    "逐个 prefill，再一起 decode {steps} 步；块大小 {bs}）",

@@ -11,7 +11,7 @@ Part 5  PrefixCache,         (bonus, extra credit) a shared prefix across reques
 assignment.md is the specification: "The rules at a glance" lists every graded rule, and the
 section named in each docstring below states it in full, with examples. Every function raises
 NotImplementedError("TODO Part N: ..."); replace the body, keep the name and the arguments.
-Part 5 is a bonus: leave its stubs as they are if you do not attempt it (Parts 1-4 lose nothing).
+Part 5 is a bonus: leave its stubs as they are to skip it ("bonus not attempted"; Parts 1-4 lose nothing).
 You may add helper functions, classes, attributes and private methods. Use only numpy, the
 standard library and the lab modules imported here.
 
@@ -141,7 +141,9 @@ def paged_step(params, cfg, seqs, chunks):
     contiguous KVCache that saw the same tokens, to 1e-10.
 
     In this order: validate everything (ValueError, nothing changed); count the blocks the whole
-    step needs, new ones plus copies, exactly (too few free: MemoryError, nothing changed); then
+    step needs, exactly (too few free: MemoryError, nothing changed): per sequence
+    max(0, ceil((length + T) / B) - len(blocks)) new ones, plus the copies: a partly filled last
+    block with refcount r that n of its holders write in this step is copied min(n, r - 1) times; then
     for each sequence in list order: reserve, embed, and per layer qkv, write, read,
     attention_core and attn_out; then length += T, once, and unembed.
     assignment.md, "Part 2: paged KV and the paged step" (the list of bad inputs, the count).
@@ -208,15 +210,20 @@ class PrefixCache:
         `tokens` (a block table; the caller promises it, you need not check). Returns the number of
         blocks newly cached.
 
+        Only blocks[:len(tokens) // B] matter (a longer table is fine: the rest is never cached).
+
           1. Errors first, nothing changed: len(blocks) < len(tokens) // B, or a free or invalid id
-             among the blocks step 2 would cache -> ValueError.
+             among the blocks step 2 would cache -> ValueError. Only those ids need checking (a bad
+             id under a key already cached is not graded: such a table does not hold its tokens).
           2. For each full block i (i < len(tokens) // B) whose key is not cached yet: cache
              blocks[i] under that key and pool.incref it, unless blocks[i] already caches another
-             key (then skip it).
+             key (then skip it: that key stays uncached). A key cached already keeps its block.
           3. Recency: the cached block of every full block i of `tokens` (cached in step 2 or
              before; possibly another physical block than blocks[i]) becomes the most recently
              used, from the deepest block down to block 0: block 0 ends newest, the deepest block
-             of this chain oldest among them.
+             of this chain oldest among them. A key left uncached in step 2 counts nothing (and
+             blocks[i], which caches another key, keeps its place).
+        The same id twice in one table is not graded.
         """
         raise NotImplementedError("TODO Part 5 (bonus): PrefixCache.insert")
 

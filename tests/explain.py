@@ -107,6 +107,12 @@ def their_list(values, field="number", item=None):
     return _mark(GROUP, LISTED + 2, "[" + ", ".join(item(v) for v in values[:LISTED]) + more + "]", "L")
 
 
+def their_group(text, renderings):
+    """Text made of the submission's values whose shape (how many, which are named) can take
+    `renderings` forms: shown whole or not at all in hidden feedback, its shape counted."""
+    return _mark(GROUP, renderings, text, "L") if _hidden() else text
+
+
 def their_tables(tables):
     """The submission's block tables (a list of lists of ids), as their_list shows lists."""
     return their_list(tables, item=lambda t: their_list(t, "id"))
@@ -170,6 +176,8 @@ def _float(x):
 # produce: any other string could carry hidden inputs out through the feedback.
 SAFE_WORDS = {"float64", "float32", "float16", "int64", "int32", "object", "MemoryError", "ValueError",
               "IndexError", "KeyError", "TypeError", "AttributeError", "Exception", "NotImplementedError"}
+SAFE_WORDS |= {"not an integer", "an id outside the pool", "an implausibly large number",
+               "a block in use (the test holds a reference on it)"}        # rules.pool_view's names
 SAFE_WORDS |= {f"{prefix}{w}" for prefix in ("not an integer: ", "error: ") for w in
                ("float", "float64", "float32", "str", "NoneType", "bool", "bool_", "list", "tuple", "ndarray",
                 "MemoryError", "ValueError", "IndexError", "KeyError", "TypeError", "AttributeError", "Exception")}
@@ -261,7 +269,7 @@ _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are it
 
 def describe_action(op):
     """A scenario action as the call it stands for, with chunk sizes but never token ids:
-    step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(3)."""
+    step(seqs [0, 1], chunks of 7, 1 tokens), seq 2.fork(), pool.decref(#3)."""
     name, *args = op
     if name in ("step", "fit", "miss"):
         sizes = [len(c) for c in args[1]]
@@ -273,7 +281,14 @@ def describe_action(op):
     if name in _SAID:
         return _SAID[name].format(*args)
     name = {"copy": "copy_block"}.get(name, name)
-    return f"pool.{name}({', '.join(str(a) for a in args)})"
+    return f"pool.{name}({', '.join(_block_said(a) for a in args)})"
+
+
+def _block_said(spec):
+    """A block as Part 1's scripts name it (scenarios.pool_script): #k = the k-th handle."""
+    if isinstance(spec, list) and len(spec) == 2:
+        return str(spec[1]) if spec[0] == "id" else f"np.{spec[0]}({_block_said(spec[1])})"
+    return {"freed": "a block the test gave back", "unused": "a block no call has returned"}.get(spec, f"#{spec}")
 
 
 def describe_prefix_actions(ops):

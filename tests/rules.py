@@ -1,6 +1,10 @@
 """What each part owns, checked on the plain data a scenario returns. The public tests and the hidden
 grader judge with these same functions, so a mistake costs points once, in its own part:
 
+- Part 1 owns the pool's ids, refcounts and counters. Which free block alloc and copy_block pick
+  is judged by `lowest_free_difference` alone (allocator.lowest_free_first); every other check
+  compares `pool_view`, where each block is named by the call that handed it out (its handle), so
+  an allocator whose only mistake is the order loses that one check and nothing else.
 - Part 2 owns logits, lengths, errors and all-or-nothing, and the SHAPE of the block tables. Which
   physical id a block has is Part 1's: `part2_view` names every block by its place in the order a
   fresh pool of the same implementation hands blocks out (scenarios.alloc_order), so any allocator
@@ -16,10 +20,12 @@ grader judge with these same functions, so a mistake costs points once, in its o
 Every function takes plain data and returns a sentence (what is wrong, where) or None.
 """
 import math
+import re
 
 import numpy as np
 
-from explain import describe_action, draw_tables, first_difference, their, their_list, their_tables
+import scenarios as sc
+from explain import describe_action, draw_tables, first_difference, their, their_group, their_list, their_tables
 
 TOL_LOGITS = 1e-10
 STATE = ("tables", "lengths", "refcounts", "n_used", "n_free", "peak_used", "n_copies")
@@ -27,6 +33,145 @@ STATE = ("tables", "lengths", "refcounts", "n_used", "n_free", "peak_used", "n_c
 
 def error_kind(error):
     return None if error is None else error["kind"]
+
+
+# ------------------------------------------------------------------------------------------ Part 1
+POOL_COUNTERS = ("n_used", "n_free", "peak_used", "n_copies")
+POOL_RECORD = {"op", "block", "result", "error", "refcounts", *POOL_COUNTERS}
+ERROR_KINDS = ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError", "AttributeError", "Exception",
+               "NotImplementedError")      # what scenarios.error_kind can say
+
+
+def pool_view(records, n_blocks):
+    """The Part 1 observables of a pool_script result, one row per call, every block named by its
+    handle (#k: what the k-th alloc or copy_block that succeeded returned, from #0), so which free
+    block the allocator picks, allocator.lowest_free_first's business alone, changes nothing here:
+
+    the error's kind; the result (of an alloc or copy: "#k, a free block", or what is wrong with the
+    id it returned: in use, outside the pool, not an integer; of a refcount: the int); for a call
+    that raised, the state it changed (none is due); each handle's refcount (0 once its block was
+    handed out again, under a newer handle); the refcounts other than 0 of blocks no call returned
+    (the contract: none); and the counters. A renaming, never a pardon: an id handed out while the
+    test still holds it is named so, and every id of the pool is seen under a handle or among the
+    blocks no call returned. Values that are not plausible integers are named, not kept.
+    Raises ValueError when the records do not have the scenario's form, or when a call was not
+    given the block its script names (scenarios.PoolBook, replayed here on the records)."""
+    if not isinstance(records, list):
+        raise ValueError("the records are not a list")
+    book, view, limit = sc.PoolBook(n_blocks), [], len(records) + n_blocks
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict) or set(rec) != POOL_RECORD or not isinstance(rec["op"], list) \
+                or not rec["op"] or not isinstance(rec["refcounts"], list) or len(rec["refcounts"]) != n_blocks \
+                or not (rec["error"] is None or isinstance(rec["error"], dict) and rec["error"].get("kind") in ERROR_KINDS):
+            raise ValueError(f"record {i + 1} does not have the scenario's form")
+        op = rec["op"]
+        block = book.resolve(op[1]) if len(op) > 1 else None
+        if (None if block is None else sc.as_int(block)) != rec["block"]:
+            raise ValueError(f"call {i + 1} was not given the block its script names")
+        row = {"error": error_kind(rec["error"]), "result": _pool_result(op[0], rec, book, limit)}
+        if rec["error"] is not None and i > 0:
+            row["changed"] = [k for k in ("refcounts", *POOL_COUNTERS) if records[i - 1][k] != rec[k]]
+        book.note(op[0], rec["block"], rec["result"], rec["error"])
+        row["refcounts"] = [_plain(r, limit) for r in book.by_handle(rec["refcounts"])]
+        row["unallocated"] = [_plain(r, limit) for r in book.unallocated(rec["refcounts"])]
+        row.update({k: _plain(rec[k], limit) for k in POOL_COUNTERS})
+        view.append(row)
+    return view
+
+
+def _pool_result(name, rec, book, limit):
+    if rec["error"] is not None:
+        return None
+    if name not in ("alloc", "copy"):
+        return _plain(rec["result"], limit)
+    b = rec["result"]
+    if type(b) is not int:
+        return "not an integer"
+    if not book.valid(b):
+        return "an id outside the pool"
+    if book.holds(b):
+        return "a block in use (the test holds a reference on it)"
+    return f"#{len(book.handles)}, a free block"
+
+
+def _plain(x, limit):
+    """A value the pool reported, as Part 1 compares it: an int within the plausible range, None, the
+    scenario's own "error: Kind" words; anything else is named."""
+    if x is None or (type(x) is int and -limit <= x <= limit):
+        return x
+    if type(x) is int:
+        return "an implausibly large number"
+    if isinstance(x, str) and x.startswith("error: ") and x[7:] in ERROR_KINDS:
+        return x
+    return "not an integer"
+
+
+def pool_difference(expected, got):
+    """Where two rows of pool_view first differ, as a sentence; None if they agree."""
+    for field in ("error", "result", "changed", "refcounts", "unallocated", *POOL_COUNTERS):
+        e, g = expected.get(field), got.get(field)
+        if e == g:
+            continue
+        if field == "error":
+            return f"expected {e or 'no error'}, got {their(g, 'kind') if g else 'no error'}"
+        if field == "result":
+            return f"the result: expected {_said(e)}, got {_their_said(g)}"
+        if field == "changed":
+            return f"a call that raised must change nothing, but it changed {', '.join(g)}"
+        if field == "refcounts":
+            if len(e) != len(g):
+                return f"the script's calls made {their(len(g), 'count')} handles, expected {len(e)}"
+            k = next(k for k, (a, b) in enumerate(zip(e, g)) if a != b)
+            return f"the refcount of #{k}'s block: expected {_said(e[k])}, got {_their_said(g[k])}"
+        if field == "unallocated":
+            return (f"blocks no call has returned have refcounts {their_list(g[:8], item=_their_said)}: "
+                    "a block nobody was handed is free (refcount 0)")
+        return f"{field}: expected {_said(e)}, got {_their_said(g)}"
+    return None
+
+
+def _said(x):
+    return "None" if x is None else str(x)
+
+
+def _their_said(x):
+    """A value of the submission's pool_view row, as feedback may show it (explain.their)."""
+    handle = re.fullmatch(r"#(\d+), a free block", x) if isinstance(x, str) else None
+    if handle:
+        return f"#{their(int(handle.group(1)), 'count')}, a free block"
+    return their(x, "count" if type(x) is int else "kind")
+
+
+def handle_ids(records, n_blocks, most=12):
+    """The ids the handles name, as "#0 = 7, #1 = 6, ..." (the first `most`; ids outside the pool
+    or not integers are named, not printed), so a student sees their own pool's ids."""
+    book = sc.PoolBook(n_blocks)
+    for rec in records:
+        book.note(rec["op"][0], rec["block"], rec["result"], rec["error"])
+    said = [f"#{k} = {their(b, 'id') if book.valid(b) else 'no block'}" for k, b in enumerate(book.handles[:most])]
+    text = ", ".join(said) + (", ..." if len(book.handles) > most else "") if said else "no handles yet"
+    return their_group(text, (most + 2) << most)          # how many handles, which of them name no block
+
+
+def lowest_free_difference(expected, got, n_blocks):
+    """allocator.lowest_free_first, the one check of which id alloc and copy_block pick: the first call
+    whose error, or whose id from an alloc or copy_block, differs from the reference's, as (index,
+    sentence); None if all agree. The blocks free before it are the reference's: until then the
+    submission handed out the very same ids."""
+    for i, (e, g) in enumerate(zip(expected, got)):
+        same = error_kind(e["error"]) == error_kind(g["error"])
+        if same and (e["error"] is not None or e["op"][0] not in ("alloc", "copy") or e["result"] == g["result"]):
+            continue
+        before = expected[i - 1]["refcounts"] if i else [0] * n_blocks
+        free = [b for b, r in enumerate(before) if r == 0]
+        free_said = ", ".join(map(str, free[:10])) + (", ..." if len(free) > 10 else "")
+        want = f"block {e['result']}, the lowest free one (free before the call: {free_said})" \
+            if e["error"] is None else e["error"]["kind"]
+        b = g["result"]
+        have = their(g["error"]["kind"], "kind") if g["error"] is not None else f"block {their(b, 'id')}" \
+            if type(b) is int and 0 <= b < n_blocks else "an id outside the pool" if type(b) is int else "not an integer"
+        return i, f"expected {want}, got {have}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ Part 2

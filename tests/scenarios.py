@@ -110,26 +110,130 @@ def pool_layout(pk, cfg=None, n_blocks=8, block_size=4):
     }
 
 
-def pool_script(pk, cfg=None, n_blocks=8, block_size=4, ops=(), fill_seed=None):
-    """Run allocator operations; after each, the result (or error) and the whole pool state.
+def pool_script(pk, cfg=None, n_blocks=8, block_size=4, ops=()):
+    """Run allocator operations; after each, the block it was given, its result (or error) and the
+    whole pool state. Blocks are named the way the test knows them (PoolBook.resolve), never by an id
+    only a lowest-free-first pool would hand out, so every allocation order runs the same script.
 
-    ops: ["alloc"], ["incref", b], ["decref", b], ["refcount", b], ["copy", b], ["data", b]
-    ("data" returns the block's K and V in every layer, read from storage).
+    ops: ["alloc"], and ["incref", x], ["decref", x], ["refcount", x], ["copy", x] where x names a
+    block: k (an int) = handle k, the block that the k-th alloc or copy_block that succeeded returned
+    (from 0); ["id", b] = the id b itself (for ids outside the pool); "freed" = a block the test gave
+    back; "unused" = a block no call has returned yet; ["int64", k] or ["int32", k] = handle k passed
+    as a numpy integer of that type.
     """
-    cfg = config(cfg)
-    pool = pk.BlockPool(cfg, n_blocks, block_size)
-    if fill_seed is not None:
-        fill_storage(pool, fill_seed)
-    calls = {"alloc": pool.alloc, "incref": pool.incref, "decref": pool.decref,
-             "refcount": pool.refcount, "copy": pool.copy_block,
-             "data": lambda b: {"k": as_array(np.asarray(pool.k)[:, b]), "v": as_array(np.asarray(pool.v)[:, b])}}
+    pool = pk.BlockPool(config(cfg), n_blocks, block_size)
+    book = PoolBook(n_blocks)
+    calls = {"alloc": pool.alloc, "incref": pool.incref, "decref": pool.decref, "refcount": pool.refcount,
+             "copy": pool.copy_block}
     records = []
     for op, *args in ops:
-        result, error = attempt(calls[op], *args)
+        block = book.resolve(args[0]) if args else None
+        result, error = attempt(calls[op], *([block] if args else []))
         if op in ("alloc", "copy", "refcount") and error is None:
             result = as_int(result)
-        records.append({"op": [op, *args], "result": result, "error": error, **pool_state(pool)})
+        block = None if block is None else as_int(block)
+        book.note(op, block, result, error)
+        records.append({"op": [op, *args], "block": block, "result": result, "error": error, **pool_state(pool)})
     return records
+
+
+class PoolBook:
+    """What the test knows about a pool script's blocks without asking the pool: the id each handle
+    names (what the k-th alloc or copy_block that succeeded returned), and the references the test
+    holds on each id by the contract's rules applied to the calls that succeeded (alloc and copy 1,
+    incref + 1, decref - 1). So the test knows a block is free without trusting the pool's refcount:
+    it holds no reference on it. The scenario resolves its block specs with it; the judges replay it
+    on the records, to check what the scenario passed and to name blocks by handle (rules.pool_view)."""
+
+    def __init__(self, n_blocks):
+        self.n_blocks = n_blocks
+        self.handles = []           # handle k -> what the call returned (an id, if the pool is right)
+        self.latest = {}            # id -> its latest handle (an id handed out again gets a newer one)
+        self.refs = {}              # id -> references the test holds on it
+        self.given_back = []        # ids whose last reference the test gave back, oldest first
+
+    def valid(self, b):
+        return type(b) is int and 0 <= b < self.n_blocks
+
+    def holds(self, b):
+        return self.refs.get(b, 0) > 0
+
+    def n_held(self):
+        return sum(1 for r in self.refs.values() if r > 0)
+
+    def resolve(self, spec):
+        """The block a spec names now (see pool_script). "freed" is the block given back most recently
+        that is still free, "unused" the lowest id no call returned; each falls back on the other,
+        then on n_blocks (outside the pool, when every block is held), so either is always an id the
+        test holds no reference on. A handle the script has not made yet names nothing (None)."""
+        if type(spec) is int:
+            return self.handles[spec] if 0 <= spec < len(self.handles) else None
+        if isinstance(spec, list) and spec[0] == "id":
+            return spec[1]
+        if isinstance(spec, list) and spec[0] in ("int64", "int32"):
+            b = self.resolve(spec[1])
+            return np.dtype(spec[0]).type(b) if type(b) is int else b
+        if spec not in ("freed", "unused"):
+            raise ValueError(f"not a block spec: {spec!r}")
+        freed = [b for b in reversed(self.given_back) if not self.holds(b)]
+        unused = [b for b in range(self.n_blocks) if b not in self.latest and not self.holds(b)]
+        first, second = (freed, unused) if spec == "freed" else (unused, freed)
+        return (first or second or [self.n_blocks])[0]
+
+    def note(self, op, block, result, error):
+        """Account for one call as it went (block: the id it was given; result: what it returned)."""
+        if error is not None:
+            return
+        if op in ("alloc", "copy"):
+            self.handles.append(result)
+            if self.valid(result):
+                self.latest[result] = len(self.handles) - 1
+            block, op = result, "incref"
+        if self.valid(block) and op in ("incref", "decref"):
+            self.refs[block] = self.refs.get(block, 0) + (1 if op == "incref" else -1)
+            if self.refs[block] == 0:
+                self.given_back.append(block)
+
+    def by_handle(self, refcounts):
+        """A pool's refcounts (a list by id) per handle: the refcount of the id a handle names while it
+        is that id's latest handle, else 0 (the block was handed out again, under a newer handle)."""
+        return [refcounts[b] if self.latest.get(b) == k else 0 for k, b in enumerate(self.handles)]
+
+    def unallocated(self, refcounts):
+        """The refcounts other than 0 among the ids no call has returned (the contract: all free)."""
+        return [r for b, r in enumerate(refcounts) if b not in self.latest and r != 0]
+
+
+def random_pool_ops(rng, n_blocks, length, weights):
+    """A random allocator script by handle, valid or deliberately not, drawn from the contract's rules
+    alone: the references the test holds per handle decide which calls are valid, so no pool is
+    needed to draw it. weights: relative weights of "alloc", "incref", "decref", "copy", "refcount"
+    (of a block the test holds) and "bad" (a call on an id outside the pool or on a free block)."""
+    kinds = list(weights)
+    p = np.array([weights[k] for k in kinds], dtype=float)
+    refs, peak, ops = [], 0, []        # refs: per handle; peak: the most blocks held at once so far
+    for _ in range(length):
+        held = [h for h, r in enumerate(refs) if r > 0]
+        kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+        if kind == "bad":
+            bad = [["id", -1], ["id", n_blocks], ["id", n_blocks + 7], ["id", -n_blocks]]
+            if len(held) < n_blocks:    # a free block: one given back, or one no call returned, where a lowest-first
+                # pool has one (it has handed out exactly the ids below its peak)
+                bad += ["freed"] * (peak > len(held)) + ["unused"] * (peak < n_blocks)
+            op = [str(rng.choice(["incref", "decref", "copy", "refcount"])), bad[int(rng.integers(len(bad)))]]
+        elif kind == "alloc":
+            op = ["alloc"]
+        elif held:
+            op = [kind, held[int(rng.integers(len(held)))]]
+        else:
+            op = ["refcount", "unused" if peak < n_blocks else "freed"]
+        if (op[0] == "alloc" or (op[0] == "copy" and type(op[1]) is int)) and len(held) < n_blocks:
+            refs.append(1)
+            peak = max(peak, len(held) + 1)
+        elif op[0] in ("incref", "decref") and type(op[1]) is int:
+            refs[op[1]] += 1 if op[0] == "incref" else -1
+        ops.append(op)
+    return ops
 
 
 # ------------------------------------------------------------------------- Part 2 and 4 scenarios

@@ -112,6 +112,49 @@ def test_insert_caches_new_keys_only(pk):
     check("n_cached", 6, view[13]["n_cached"])
 
 
+def test_insert_looks_only_at_the_full_blocks_of_its_tokens(pk):
+    """A table longer than the full blocks of the tokens given (here seq 0's 3 blocks for its first 9
+    or 8 tokens) is fine: only blocks[:len(tokens) // B] matter, and the block after them, partly
+    filled as far as these tokens go, is never cached."""
+    actions = [["seq", P + Q + R, 1], ["insert", 0, 9, [0, 1, 2]], ["insert", 0, 8, [0, 1, 2]],
+               ["lookup", P + Q + R + T1], ["insert", 0]]
+    view = run_prefix(pk, actions, B, section=SECTION)
+    check("insert(9 tokens: 2 full blocks, a table of 3): blocks newly cached", 2, view[1]["result"])
+    check("blocks the cache holds after it (block 2 holds 1 of these 9 tokens: not cached)", ["0.0", "0.1"],
+          view[1]["cached"])
+    check("insert(8 tokens, the same table of 3): both keys are cached already", (0, ["0.0", "0.1"]),
+          (view[2]["result"], view[2]["cached"]))
+    check("lookup(P Q R t): block 2's key was never cached", ["0.0", "0.1"], view[3]["result"])
+    check("insert of all 12 tokens: only block 2's key is new", 1, view[4]["result"])
+
+
+def test_a_key_cached_already_keeps_its_block_and_counts_it_as_used(pk):
+    """seq 2 holds its own copy of seq 0's P Q R. Its insert caches nothing (the keys keep seq 0's
+    blocks), but counts those cached blocks as used, deepest first: least recently used first, 0.2 0.1
+    0.0 1.1 1.0 becomes 1.1 1.0 0.2 0.1 0.0. seq 2's own blocks are not cached: they go free with it."""
+    actions = [["seq", P + Q + R, 1], ["insert", 0], ["seq", X + Q, 2], ["insert", 1], ["seq", P + Q + R, 3],
+               ["insert", 2], ["lookup", P + Q + R + T1], ["release", 0], ["release", 1], ["release", 2]]
+    view = run_prefix(pk, actions + [["evict", 1]] * 6, B, section=SECTION)
+    check("insert of seq 2 (P Q R, all three keys cached from seq 0): blocks newly cached, blocks the cache holds",
+          (0, ["0.0", "0.1", "0.2", "1.0", "1.1"]), (view[5]["result"], view[5]["cached"]))
+    check("lookup(P Q R t): the blocks cached first", ["0.0", "0.1", "0.2"], view[6]["result"])
+    check("blocks released by evict(1), one call at a time (seq 2's insert counted 0.2, 0.1, 0.0 as used)",
+          [["1.1"], ["1.0"], ["0.2"], ["0.1"], ["0.0"], []], evicted_one_by_one(view, len(actions)))
+
+
+def test_a_key_left_uncached_counts_nothing(pk):
+    """insert(Y Z, [seq 0's block 0, seq 2's block 1]): seq 0's block 0 caches P already, so key Y stays
+    uncached and counts nothing at the recency step; seq 0's block 0 keeps its place. Least recently
+    used first: 0.1 0.0 1.0, then 2.1 (cached under Y Z): 0.1 0.0 1.0 2.1."""
+    actions = [["seq", P + Q, 1], ["insert", 0], ["seq", X, 2], ["insert", 1], ["seq", Y + Z, 3],
+               ["insert", 2, 8, [[0, 0], 1]], ["release", 0], ["release", 1], ["release", 2]]
+    view = run_prefix(pk, actions + [["evict", 1]] * 5, B, section=SECTION)
+    check("insert(Y Z, [seq 0's block 0, seq 2's block 1]): blocks newly cached, blocks the cache holds",
+          (1, ["0.0", "0.1", "1.0", "2.1"]), (view[5]["result"], view[5]["cached"]))
+    check("blocks released by evict(1), one call at a time (key Y was not cached: seq 0's block 0 was not used)",
+          [["0.1"], ["0.0"], ["1.0"], ["2.1"], []], evicted_one_by_one(view, len(actions)))
+
+
 def recency_setup():
     """seq 0 = A (3 full blocks) inserted: least recently used first, 0.2 0.1 0.0 (a use counts the
     deepest block first, so block 0 ends newest). seq 1 = A's 8 tokens + 4 of its own inserted: its use

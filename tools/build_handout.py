@@ -20,6 +20,7 @@ TOP = "paged-attention"                       # the folder the zip unpacks to
 STAMP = (2025, 1, 1, 0, 0, 0)                 # fixed timestamps: the same sources give the same zip
 BONUS_FILES = ("tests/test_prefix_cache.py",)  # left out when the course switches the bonus off
 BONUS_MARKDOWN = ("assignment.md", "assignment.zh-CN.md", "README.md")   # their <!-- bonus --> regions likewise
+BONUS_LINES = ("Makefile", "lab/demo.py")     # and their lines that end with "# bonus" (make help, demo 5)
 
 
 def handout_files():
@@ -67,7 +68,7 @@ def contents(src, name, bonus):
         return without_bonus_markdown(data.decode("utf-8")).encode("utf-8")
     if name == "starter/paged_kv.py":
         return without_bonus_python(data.decode("utf-8")).encode("utf-8")
-    if name == "Makefile":      # its help lines about the bonus end with "# bonus"
+    if name in BONUS_LINES:     # the lines of the bonus end with "# bonus"
         return re.sub(rb"^.*# bonus\n", b"", data, flags=re.M)
     return data
 

@@ -3,6 +3,8 @@
     python tools/labtool.py check  [--impl DIR]               does DIR/paged_kv.py import and define the contract?
     python tools/labtool.py test   [--impl DIR] [--part P]    the public tests (tests/) on DIR
     python tools/labtool.py submit [--impl DIR] [--out ZIP]   check, then a zip holding exactly paged_kv.py
+                                                              (default build/submission.zip; for another DIR
+                                                              build/submission-DIR.zip)
 
 The staff Makefile, the students' Makefile and tests/conftest.py all use this module, so a broken
 submission gets the same one clear message (file, line, what to fix) everywhere. DIR defaults to
@@ -118,18 +120,62 @@ def bonus_problems(module):
     return _name_problems(module, BONUS_FUNCTIONS, BONUS_CLASSES, {})
 
 
-def bonus_line(module, path):
-    """What check and submit say about Part 5 (never an error: the bonus is extra credit)."""
+# What a file's Part 5 is, for make test, make submit and demo 5 alike (the grader decides the same
+# from what the sandbox reports: grader/grade.py, bonus_stubbed).
+BONUS_ABSENT = "absent"            # none of its names: written before Part 5, or without it
+BONUS_INCOMPLETE = "incomplete"    # some of its names missing or not callable as the contract does
+BONUS_STUBBED = "stubbed"          # every entry point still raises the starter's NotImplementedError("TODO Part 5 ...")
+BONUS_ATTEMPTED = "attempted"
+BONUS_NOT_ATTEMPTED = {            # the one reason each says, everywhere
+    BONUS_ABSENT: "bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill",
+    BONUS_STUBBED: 'bonus not attempted: its stubs still raise NotImplementedError("TODO Part 5 ...")',
+}
+
+
+def bonus_state(module):
+    """BONUS_ABSENT, BONUS_INCOMPLETE, BONUS_STUBBED or BONUS_ATTEMPTED, decided from what the module
+    defines and does, not from its text: a stub is a function that raises the starter's TODO."""
     problems = bonus_problems(module)
-    stubs = [t for t in todos(path) if t.startswith(BONUS_TODO)]
     if problems is None:
-        return "Part 5 (bonus): not attempted (no PrefixCache, no cached_prefill); Parts 1-4 are graded as usual."
+        return BONUS_ABSENT
     if problems:
+        return BONUS_INCOMPLETE
+    return BONUS_STUBBED if all(_raises_bonus_todo(call) for call in _bonus_entry_points(module)) else BONUS_ATTEMPTED
+
+
+def _bonus_entry_points(module):
+    """Every Part 5 entry point as a call on placeholders, methods on an instance whose __init__
+    never ran: a stub raises before it reads anything, and written code fails (or returns) at once
+    without touching any state of the student's."""
+    cls = module.PrefixCache
+    try:
+        bare = cls.__new__(cls)
+    except Exception:  # noqa: BLE001  (a class that cannot be made bare is not the starter's)
+        return [lambda: None]
+    return [lambda: cls.__init__(bare, None), lambda: bare.n_cached, lambda: cls.lookup(bare, [0]),
+            lambda: cls.insert(bare, [0], [0]), lambda: cls.evict(bare, 0),
+            lambda: module.cached_prefill(None, None, None, [0], bare)]
+
+
+def _raises_bonus_todo(call):
+    """Whether call() raises NotImplementedError("TODO Part 5 ..."), as the starter's stubs do."""
+    try:
+        call()
+    except NotImplementedError as e:
+        return bool(e.args) and isinstance(e.args[0], str) and e.args[0].startswith(BONUS_TODO)
+    except Exception:  # noqa: BLE001  (written code given placeholders)
+        return False
+    return False
+
+
+def bonus_line(module):
+    """What check and submit say about Part 5 (never an error: the bonus is extra credit)."""
+    state = bonus_state(module)
+    if state in BONUS_NOT_ATTEMPTED:
+        return f"Part 5: {BONUS_NOT_ATTEMPTED[state]} (extra credit only: Parts 1-4 are graded as usual)."
+    if state == BONUS_INCOMPLETE:
         return ("Part 5 (bonus): only its extra credit is at stake, but as it is it cannot be graded:\n"
-                + "\n".join("  - " + p for p in problems))
-    if stubs:
-        return (f"Part 5 (bonus): not attempted yet ({len(stubs)} stub{'s' * (len(stubs) > 1)} still raise "
-                "NotImplementedError); it is extra credit, Parts 1-4 lose nothing.")
+                + "\n".join("  - " + p for p in bonus_problems(module)))
     return "Part 5 (bonus): PrefixCache and cached_prefill are defined."
 
 
@@ -225,7 +271,7 @@ def cmd_check(args):
         return 1
     if not args.quiet:
         print(f"{shown(Path(args.impl) / FILE)} imports and defines every name of the contract.")
-        print(bonus_line(module, Path(args.impl) / FILE))
+        print(bonus_line(module))
     return 0
 
 
@@ -252,28 +298,54 @@ def cmd_test(args, extra):
     return int(pytest.main(cmd + extra))
 
 
+def default_zip(impl_dir, build=ROOT / "build"):
+    """Where submit writes when no --out is given: build/submission.zip for the student's working
+    folder (starter/), build/submission-NAME.zip for any other folder NAME, so that submitting a
+    test copy never replaces the zip of the real work."""
+    impl_dir = Path(impl_dir).resolve()
+    if impl_dir == DEFAULT_IMPL.resolve():
+        return build / "submission.zip"
+    name = re.sub(r"[^\w.-]+", "_", impl_dir.name).strip("._") or "folder"
+    return build / f"submission-{name}.zip"
+
+
+def _zipped_file(out):
+    """The bytes of paged_kv.py in an existing zip, or None (no zip there, or not one of ours)."""
+    try:
+        with zipfile.ZipFile(out) as z:
+            return z.read(FILE)
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+
+
 def cmd_submit(args):
     path = Path(args.impl) / FILE
     message = check_in_subprocess(args.impl)
     if message:
         print(f"Not submittable yet:\n{message}")
         return 1
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_zip(args.impl)
+    before = _zipped_file(out) if out.exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.write(path, FILE)
     print(f"{shown(path)} imports and defines every name of the contract.")
     try:
-        print(bonus_line(load(args.impl), path))      # safe now: it imported in a separate Python
+        module = load(args.impl)      # safe now: it imported in a separate Python
+        print(bonus_line(module))
     except ImplError:
-        pass
-    print(f"Wrote {shown(out)}: exactly one file, {FILE} ({path.stat().st_size:,} bytes). Upload it to Gradescope.")
-    left = [t for t in todos(path) if not t.startswith(BONUS_TODO)]
+        module = None
+    print(f"Wrote {shown(out)}: exactly one file, {FILE}, copied from {shown(path)} ({path.stat().st_size:,} bytes). "
+          "Upload it to Gradescope.")
+    if before is not None and before != path.read_bytes():
+        print(f"Note: {shown(out)} was there already, with another {FILE} ({len(before):,} bytes): it is replaced.")
+    attempted = module is not None and bonus_state(module) == BONUS_ATTEMPTED
+    left = [t for t in todos(path) if attempted or not t.startswith(BONUS_TODO)]
     if left:
         parts = sorted({t.split(":")[0].replace("TODO ", "") for t in left})
         which = "; ".join(left) if len(left) <= 3 else ", ".join(parts)
-        print(f"Note: {len(left)} TODO{'s' * (len(left) > 1)} still raise NotImplementedError ({which}): "
-              "the checks that reach them will score 0.")
+        raise_ = "TODOs still raise" if len(left) > 1 else "TODO still raises"
+        print(f"Note: {len(left)} {raise_} NotImplementedError ({which}): the checks that reach them will score 0.")
     return 0
 
 
@@ -288,7 +360,9 @@ def main(argv=None):
         if name == "test":
             p.add_argument("--part", default="", help=" | ".join(PARTS))
         if name == "submit":
-            p.add_argument("--out", default=str(ROOT / "build" / "submission.zip"))
+            p.add_argument("--out", default=None,
+                           help="the zip to write (default: build/submission.zip for starter, "
+                                "build/submission-DIR.zip for another folder DIR)")
     args, extra = ap.parse_known_args(argv)
     if args.cmd == "test":
         return cmd_test(args, extra)

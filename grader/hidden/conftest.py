@@ -91,6 +91,7 @@ class Grading:
         self.reference = reference
         self.plans, self.judges = _all_plans(config), _all_judges(config)
         self.verdicts, self.judging = {}, set()
+        self.todo_parts = {}     # check id -> N, when its reply was a stub's NotImplementedError("TODO Part N")
         self.expected, self.ref_seconds, self.futures = {}, {}, {}
         isolate = {"auto": None, "yes": True, "no": False}[config.getoption("--isolate")]
         job = config.getoption("--job")
@@ -140,6 +141,8 @@ class Grading:
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
         reply = self._reply(check_id)
+        if reply.status == "raised" and reply.data:
+            self.todo_parts[check_id] = reply.data.get("todo_part")
         if reply.status != "ok":
             pytest.fail(_no_answer(reply, rubric.PARTS.index(rubric.CHECKS[check_id].part) + 1
                                    if rubric.CHECKS[check_id].part in rubric.PARTS else 5), pytrace=False)

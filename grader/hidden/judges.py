@@ -9,8 +9,9 @@ K/V the test put in storage itself. A comparison that another part owns is left 
 part fails its own check (`deps.ok`), so a bug is charged once.
 """
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (copy_note, kv_difference, part2_view, part5_view, pool_view_violation, sampling_violation,
-                   savings, sharing_violation, short_of, twin_difference)
+from rules import (copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view, part5_view,
+                   pool_difference, pool_view, pool_view_violation, sampling_violation, savings, sharing_violation,
+                   short_of, twin_difference)
 from scenarios import REFUSALS
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
@@ -22,24 +23,54 @@ def _wrong_form(what="answer"):
     return f"  the {what} has the wrong form (was the scenario code tampered with?)"
 
 
-def script_judge(case, expected, got, deps=None):
-    """Part 1: the first action after which the submission's pool differs from the reference's."""
-    if not isinstance(got, list) or len(got) != len(expected):
+# ------------------------------------------------------------------------------------------ Part 1
+def pool_judge(case, expected, got, deps=None):
+    """Part 1's checks but lowest_free_first: the first call after which the submission's pool differs
+    from the reference's, with every block named by its handle (rules.pool_view), so which free block
+    the allocator picks costs nothing here."""
+    n = case.inputs["n_blocks"]
+    views = _pool_views(expected, got, n)
+    if views is None:
         return _wrong_form()
-    block_size = case.inputs.get("block_size")
-    for n, (e, g) in enumerate(zip(expected, got), 1):
-        found = first_mismatch(e, g, path="")
-        if not found:
-            continue
-        field = found[0].lstrip(".") or "the record"
-        lines = [f"  after action {n} of {len(expected)}, {describe_action(e['op'])}:",
-                 f"    {field}: {found[1]}"]
-        if "tables" in e and isinstance(g, dict) and (field.startswith(("tables", "lengths", "refcounts"))):
-            lines.append(draw_tables("expected", e["tables"], e["lengths"], block_size, e["refcounts"]))
-            if _drawable(g):
-                lines.append(draw_tables("got", g["tables"], g["lengths"], block_size, g["refcounts"], theirs=True))
-        return "\n".join(lines)
+    for i, (e, g) in enumerate(zip(*views)):
+        why = pool_difference(e, g)
+        if why:
+            return _pool_message(i, why, got, n)
     return None
+
+
+def lowest_free_judge(case, expected, got, deps=None):
+    """allocator.lowest_free_first: the ids alloc and copy_block return, exactly the reference's."""
+    n = case.inputs["n_blocks"]
+    if _pool_views(expected, got, n) is None:
+        return _wrong_form()
+    found = lowest_free_difference(expected, got, n)
+    return None if found is None else _pool_message(*found, got, n)
+
+
+def _pool_views(expected, got, n):
+    """Both sides' rules.pool_view, or None when the submission's records do not have the scenario's
+    form (other calls, other blocks passed than the script names)."""
+    if not isinstance(got, list) or len(got) != len(expected) or \
+            any(not isinstance(g, dict) or g.get("op") != e["op"] for e, g in zip(expected, got)):
+        return None
+    try:
+        return pool_view(expected, n), pool_view(got, n)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def _pool_message(i, why, got, n):
+    """What differed after call i, with the ids of the submission's handles when the call or the
+    difference names a handle."""
+    rec, b = got[i], got[i]["block"]
+    named = len(rec["op"]) > 1 and not (isinstance(rec["op"][1], list) and rec["op"][1][0] == "id")
+    yours = f" (your block {their(b, 'id')})" if named else ""
+    lines = [f"  after action {i + 1} of {len(got)}, {describe_action(rec['op'])}{yours}:", f"    {why}"]
+    if named or "#" in why:
+        lines.append(f"    (#k is the block the k-th alloc or copy_block that succeeded returned; yours: "
+                     f"{handle_ids(got[:i + 1], n)})")
+    return "\n".join(lines)
 
 
 def _drawable(rec):

@@ -1,11 +1,17 @@
-"""Part 1, the block allocator, on hidden inputs: the reference's records are the expected ones."""
-from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, pool_ops, random_config
-from grader.hidden.judges import script_judge
+"""Part 1, the block allocator, on hidden inputs: the reference's records are the expected ones.
+
+Scripts name blocks by handle (#k: what the k-th alloc or copy_block that succeeded returned) and
+free blocks as the test knows them (scenarios.pool_script), so every allocation order runs the same
+script. Only allocator.lowest_free_first compares the ids alloc and copy_block return; the other
+checks compare the pool with every block named by its handle (rules.pool_view)."""
+from scenarios import random_pool_ops
+
+from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, random_config
+from grader.hidden.judges import lowest_free_judge, pool_judge
 
 
-def script(name, n_blocks, ops, cfg=None, block_size=4, fill_seed=None):
-    return Case(name, "pool_script", {"cfg": cfg, "n_blocks": n_blocks, "block_size": block_size,
-                                      "ops": ops, "fill_seed": fill_seed})
+def script(name, n_blocks, ops, cfg=None, block_size=4):
+    return Case(name, "pool_script", {"cfg": cfg, "n_blocks": n_blocks, "block_size": block_size, "ops": ops})
 
 
 def plan_layout(rng):
@@ -15,28 +21,34 @@ def plan_layout(rng):
 
 
 def plan_lowest_free_first(rng):
+    """Scattered frees, then allocs that take blocks back, and at the end one copy_block: never a full
+    pool, never a bad call, so these scripts judge only which free block is picked (the copy comes
+    last, so that a copy_block that mistreats its source's refcount cannot change a later pick)."""
     cases = []
     for n in (int(rng.integers(5, 9)), int(rng.integers(12, 20)), int(rng.integers(24, 40))):
-        ops = [["alloc"]] * n
-        for _ in range(3):                          # free a scattered subset, then allocate some back
-            order = rng.permutation(n)[: int(rng.integers(2, n // 2 + 2))].tolist()
-            ops += [["decref", b] for b in order] + [["alloc"]] * int(rng.integers(1, len(order) + 1))
-            ops += [["alloc"]] * n                    # refill (the surplus raises MemoryError)
-        cases.append(script(f"{n} blocks", n, ops))
+        ops, live = [["alloc"]] * n, list(range(n))          # live: the handles the test holds (refcount 1)
+        for last in (False, False, True):
+            gone = rng.permutation(len(live))[: int(rng.integers(2, len(live) // 2 + 2))].tolist()
+            ops += [["decref", live[i]] for i in gone]
+            live = [h for i, h in enumerate(live) if i not in gone]
+            for _ in range(int(rng.integers(1, len(gone) + (not last)))):    # the last round leaves a block free
+                live.append(sum(op == ["alloc"] for op in ops))
+                ops.append(["alloc"])
+        cases.append(script(f"{n} blocks", n, ops + [["copy", pick(rng, live)]]))
     return cases
 
 
 def plan_refcounts(rng):
     w = {"alloc": 2, "incref": 3, "decref": 4, "refcount": 2}
-    return [script(f"{n} blocks", n, pool_ops(rng, n, 60, w)) for n in (4, 9, int(rng.integers(10, 30)))]
+    return [script(f"{n} blocks", n, random_pool_ops(rng, n, 60, w)) for n in (4, 9, int(rng.integers(10, 30)))]
 
 
 def plan_peak_used(rng):
     cases = []
     for n in (6, int(rng.integers(8, 16)), int(rng.integers(16, 30))):
         up = int(rng.integers(2, n))
-        ops = [["alloc"]] * up + [["decref", b] for b in range(up)] + [["alloc"]] * int(rng.integers(1, up + 1))
-        ops += [["incref", 0], ["decref", 0]] + [["alloc"]] * (n - up + 1)
+        ops = [["alloc"]] * up + [["decref", h] for h in range(up)] + [["alloc"]] * int(rng.integers(1, up + 1))
+        ops += [["incref", up], ["decref", up]] + [["alloc"]] * (n - up + 1)     # #up: the first block taken back
         cases.append(script(f"{n} blocks", n, ops))
     return cases
 
@@ -55,30 +67,30 @@ def plan_bad_ids(rng):
     n = int(rng.integers(4, 12))
     ops = [["alloc"], ["alloc"], ["alloc"], ["decref", 1]]
     for kind in ("incref", "decref", "copy", "refcount"):
-        ops += [[kind, -1], [kind, n], [kind, n + 5], [kind, -n]]
-    ops += [["incref", 1], ["decref", 1], ["copy", 1], ["refcount", 1], ["decref", 2], ["decref", 2],
-            ["refcount", 2], ["incref", 0], ["decref", 0], ["decref", 0], ["decref", 0]]
-    full = [["alloc"]] * n + [["copy", n], ["copy", -1]]
+        ops += [[kind, ["id", -1]], [kind, ["id", n]], [kind, ["id", n + 5]], [kind, ["id", -n]],
+                [kind, "freed"], [kind, "unused"]]
+    ops += [["decref", 2], ["decref", 2], ["refcount", 2], ["incref", 0], ["decref", 0], ["decref", 0], ["decref", 0]]
+    full = [["alloc"]] * n + [["copy", ["id", n]], ["copy", ["id", -1]]]
     return [script(f"{n} blocks", n, ops), script(f"{n} blocks, full pool", n, full),
-            script("random bad ids", n, pool_ops(rng, n, 40, {"alloc": 2, "decref": 2, "bad": 3}))]
+            script("random bad ids", n, random_pool_ops(rng, n, 40, {"alloc": 2, "decref": 2, "bad": 3}))]
 
 
 def plan_copy_block(rng):
-    """copy_block's ids, refcounts and n_copies (Part 1's); the data it copies is judged in Part 4,
+    """copy_block's result, refcounts and n_copies (Part 1's); the data it copies is judged in Part 4,
     which owns that a copied block holds its source's K and V."""
     cases = []
     for i, cfg in enumerate([None, random_config(rng), random_config(rng)]):
         n = int(rng.integers(4, 10))
         src = int(rng.integers(0, 3))
         ops = [["alloc"], ["alloc"], ["alloc"], ["copy", src], ["incref", 3], ["copy", 3], ["decref", 1], ["copy", 0]]
-        ops += [["alloc"]] * n + [["copy", 0], ["copy", n + 4]]
+        ops += [["alloc"]] * n + [["copy", 0], ["copy", ["id", n + 4]]]
         cases.append(script(f"Config {i}", n + 4, ops, cfg=cfg, block_size=pick(rng, ODD_BLOCK_SIZES[:8])))
     return cases
 
 
 def plan_random_ops(rng):
     w = {"alloc": 4, "incref": 2, "decref": 4, "copy": 1, "refcount": 1, "bad": 1}
-    return [script(f"{n} blocks, {length} operations", n, pool_ops(rng, n, length, w))
+    return [script(f"{n} blocks, {length} operations", n, random_pool_ops(rng, n, length, w))
             for n, length in ((3, 80), (int(rng.integers(6, 14)), 150), (int(rng.integers(14, 30)), 150))]
 
 
@@ -92,7 +104,8 @@ PLANS = {
     "allocator.copy_block": plan_copy_block,
     "allocator.random_ops": plan_random_ops,
 }
-JUDGES = {check: script_judge for check in PLANS if check != "allocator.layout"}
+JUDGES = {check: lowest_free_judge if check == "allocator.lowest_free_first" else pool_judge
+          for check in PLANS if check != "allocator.layout"}
 
 
 def test_allocator(case, judge):

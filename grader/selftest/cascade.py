@@ -2,7 +2,7 @@
 
 A mutant labelled with its parts (mutants.Mutant.parts) may cost points in those parts only: in the
 hidden grader (the points its results.json loses per tag) and in the public tests (the tests of
-each part's file that fail). run.py measures both for every mutant and fails on a cascade; this
+each part's file that fail); one that names its checks (Mutant.checks, .tests) only in those. run.py measures both for every mutant and fails on a cascade; this
 module also runs on its own for the public tests alone:
 
     python -m grader.selftest.cascade [--jobs 2] [--json PATH]     the public tests of every mutant
@@ -56,6 +56,27 @@ def hidden_losses(results, parts):
                    for t in (results or {}).get("tests", []) if p in (t.get("tags") or [])) for p in parts}
 
 
+def check_losses(results):
+    """Points lost per rubric check (its id) in a results.json, whose tests are named by report.test_name."""
+    from grader import report, rubric
+    ids = {report.test_name(c): c.id for c in rubric.CHECKS.values()}
+    lost = {}
+    for t in (results or {}).get("tests", []):
+        check = ids.get(t.get("name"), t.get("name"))
+        lost[check] = lost.get(check, 0.0) + float(t.get("max_score", 0)) - float(t.get("score", 0))
+    return lost
+
+
+def beyond_checks(mutant, results, failures, eps=1e-6):
+    """What a mutant that names its checks (mutants.Mutant.checks, .tests) costs beyond them:
+    ({check id: points lost}, [failing public tests it does not name])."""
+    hidden = {c: round(v, 2) for c, v in check_losses(results).items()
+              if v > eps and c not in mutant.checks} if mutant.checks else {}
+    public = sorted(n for names in failures.values() for n in names
+                    if n.split("[")[0] not in mutant.tests) if mutant.tests else []
+    return hidden, public
+
+
 def outside(parts, losses, failures, eps=1e-6):
     """What a mutant labelled `parts` costs elsewhere: ({part: points}, {part: [public tests]})."""
     return ({p: round(v, 2) for p, v in losses.items() if v > eps and p not in parts},
@@ -81,11 +102,12 @@ def main(argv=None):
     spread = 0
     for m in mutants.MUTANTS:
         _, elsewhere = outside(m.parts, {}, found[m.name])
-        spread += bool(elsewhere)
+        _, unnamed = beyond_checks(m, None, found[m.name])
+        spread += bool(elsewhere or unnamed)
         own = sum(len(found[m.name].get(p, [])) for p in m.parts)
         print(f"{'+'.join(m.parts):40s} {m.name:28s} public tests failing: own {own:3d}"
-              + (f"; ELSEWHERE {elsewhere}" if elsewhere else ""))
-    print(f"\n{spread} of {len(mutants.MUTANTS)} mutants fail public tests outside their parts")
+              + (f"; ELSEWHERE {elsewhere}" if elsewhere else "") + (f"; NOT ITS OWN {unnamed}" if unnamed else ""))
+    print(f"\n{spread} of {len(mutants.MUTANTS)} mutants fail public tests outside their parts or named tests")
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=1))
     return 1 if spread else 0

@@ -15,7 +15,9 @@ One bug, one charge: a mutant may cost points in `part` only, in the hidden grad
 public tests alike (selftest/cascade.py measures it, run.py enforces it). `also` names the other
 parts a bug truly spans, when a part relies on what the contract lets it rely on and the bug breaks
 exactly that (e.g. a copy_block that changes the source's refcount breaks copy-on-write's
-refcounts); `bug` then says why, after "Spans".
+refcounts); `bug` then says why, after "Spans". `checks`, when given, narrows the charge further: the
+only rubric checks the bug may cost points in, and `tests` the only public tests (function names) it
+may fail; e.g. an allocator whose only bug is its order may cost allocator.lowest_free_first alone.
 
 Every mutant changes behaviour the contract specifies and grades: nothing here differs only in
 error wording, wrong-type inputs, views vs copies, or other items of "What is not graded".
@@ -37,6 +39,8 @@ class Mutant:
     edits: tuple
     witness: str = ""
     also: tuple = ()
+    checks: tuple = ()
+    tests: tuple = ()
 
     @property
     def parts(self):
@@ -73,6 +77,7 @@ _REFCOUNT_RANGE = ("        if not 0 <= b < self.n_blocks:\n"
                    "        return self._ref[b]")
 _COPY_HEAD = "        b = self._in_use(b)\n        new = self.alloc()\n"
 _DECREF_HEAD = "        b = self._in_use(b)\n        self._ref[b] -= 1\n"
+_ORDER_ONLY = {"checks": ("allocator.lowest_free_first",), "tests": ("test_alloc_hands_out_the_lowest_free_block",)}
 _BW_SCORES = 'scores.append(np.einsum("hd,mhd->hm", q, seq.pool.k[layer, b, :m]) / np.sqrt(q.shape[-1]))'
 
 MUTANTS = [
@@ -81,18 +86,25 @@ MUTANTS = [
       "The free list is a plain stack: alloc pops the END of [0..n-1], so a fresh pool hands out n-1 first "
       "(vLLM 0.2.0's pop()). Verified: a fresh 8-block pool's first alloc returns 7, the contract says 0.",
       (("b = heapq.heappop(self._free)", "b = self._free.pop()"),
-       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order", **_ORDER_ONLY),
     M("alloc_lifo_reuse", "allocator",
       "Free list kept as a stack seeded high-to-low: fresh allocs are 0,1,2... but a freed block is reused "
       "LIFO. Verified: alloc 0..4, decref 4,0,2, then alloc returns 2 (contract: 0, the lowest free).",
       (("self._free = list(range(n_blocks))", "self._free = list(range(n_blocks - 1, -1, -1))"),
        ("b = heapq.heappop(self._free)", "b = self._free.pop()"),
-       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order", **_ORDER_ONLY),
     M("alloc_fifo_reuse", "allocator",
       "Free list is a FIFO queue (nano-vllm's deque): freed blocks go to the back. Verified: alloc 0..4 of 8, "
       "decref 4,0,2, then alloc returns 5 (contract: 0).",
       (("b = heapq.heappop(self._free)", "b = self._free.pop(0)"),
-       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order"),
+       ("heapq.heappush(self._free, b)", "self._free.append(b)")), "a_order", **_ORDER_ONLY),
+    M("alloc_set_pop", "allocator",
+      "The free blocks are a set and alloc takes set.pop(): a fresh pool hands out 0, 1, 2, ... but set.pop() "
+      "resumes where it stopped, so freed blocks are not reused lowest first. Verified: alloc 0..4 of 8, decref "
+      "4, 0, 2, then allocs return 5, 6, 7, 2 (contract: 0, 2, 4, 5).",
+      (("self._free = list(range(n_blocks))", "self._free = set(range(n_blocks))"),
+       ("b = heapq.heappop(self._free)", "b = self._free.pop()"),
+       ("heapq.heappush(self._free, b)", "self._free.add(b)")), "a_order", **_ORDER_ONLY),
     M("decref_leaks_block", "allocator",
       "decref to 0 decrements n_used but never returns the block to the free list (a leak). Verified: 8-block "
       "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3. Spans "
@@ -653,3 +665,4 @@ BY_NAME = {m.name: m for m in MUTANTS}
 assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
 assert all(p in PARTS for m in MUTANTS for p in m.parts)
 assert all(("Spans" in m.bug) == bool(m.also) for m in MUTANTS), "a mutant that spans parts says why (\"Spans ...\")"
+assert all(c.split(".")[0] in m.parts for m in MUTANTS for c in m.checks), "a mutant's checks are of its parts"

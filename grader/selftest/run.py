@@ -8,7 +8,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
   * the reference scores 100 (110 with the bonus on: rubric.BONUS) and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
-    not labelled with; the reference and every correct variant pass every public test;
+    not labelled with, nor, when it names its checks, in another check or public test; the reference
+    and every correct variant pass every public test;
   * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
@@ -441,6 +442,12 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
                 failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) loses points in other parts: {hidden}")
             if public:
                 failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) fails public tests of other parts: {public}")
+            hidden, public = cascade.beyond_checks(mutants_mod.BY_NAME[s.name], s.data, s.public or {})
+            if hidden:
+                failures.append(f"mutant {s.name} (only {', '.join(mutants_mod.BY_NAME[s.name].checks)}) loses points "
+                                f"in other checks: {hidden}")
+            if public:
+                failures.append(f"mutant {s.name} fails public tests it does not name: {public[:8]}")
         elif s.kind == "variant" and abs(s.score - variant_full(s)) > EPS:
             bad = [f"{t.get('name')}: {t.get('score')}/{t.get('max_score')}" for t in s.data["tests"]
                    if float(t.get("score", 0)) < float(t.get("max_score", 0)) - EPS]

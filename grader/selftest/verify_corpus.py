@@ -7,7 +7,8 @@ wrote): never a student's file. It checks, independently of the grader:
 
   * the reference passes every check below (the checks encode the contract);
   * every mutant fails its `witness` check, which belongs to the mutant's own part, and the mutant's
-    source really differs from the reference (each edit's `find` occurs exactly once);
+    source really differs from the reference (each edit's `find` occurs exactly once); one that names
+    its checks (an allocator whose only bug is the order) fails no other check of its part;
   * every correct variant passes every check (tables, refcounts, logits to 1e-10, blockwise to 1e-12,
     errors, copy counts, the two drivers identical to the baseline and to the reference), and the slow
     variant's slowdown against the reference on a typical workload is measured;
@@ -201,10 +202,19 @@ def a_order(pk, ref):
         b = pool.alloc()
         pool.decref(b)
     check(ints(pool.alloc() for _ in range(3)) == [0, 1, 2], "a 3-block pool cannot hand out its 3 blocks after frees")
+    # copy_block takes the lowest free block too
+    pool = pk.BlockPool(TINY, 6, 3)
+    for _ in range(4):
+        pool.alloc()
+    pool.decref(2)
+    pool.decref(1)
+    check(int(pool.copy_block(3)) == 1, "after decref 2, 1: copy_block(3) does not take block 1, the lowest free")
 
 
 @register("allocator")
 def a_refcount(pk, ref):
+    """Refcounts and n_used on the ids the pool hands out, whichever free block it picks (the order is
+    a_order's): every Part 1 witness but a_order holds for any allocation order."""
     pool = pk.BlockPool(TINY, 4, 4)
     b = pool.alloc()
     pool.incref(b)
@@ -215,34 +225,31 @@ def a_refcount(pk, ref):
     pool.decref(b)
     check(int(pool.refcount(b)) == 1 and int(pool.n_used) == 1 and int(pool.n_free) == 3,
           f"after 2 decrefs: refcount {pool.refcount(b)}, n_used {pool.n_used}, n_free {pool.n_free} (expected 1, 1, 3)")
-    check(int(pool.alloc()) == 1, "a block with refcount 1 was handed out again")
+    check(int(pool.alloc()) != int(b), "a block with refcount 1 was handed out again")
     pool.decref(b)
     check(int(pool.refcount(b)) == 0 and int(pool.n_used) == 1 and int(pool.n_free) == 3,
           f"after the last decref: refcount {pool.refcount(b)}, n_used {pool.n_used} (expected 0, 1)")
-    check(int(pool.alloc()) == 0, "the freed block 0 is not reused first")
+    check(int(b) in ints(pool.alloc() for _ in range(3)), "the freed block is not handed out again")
 
 
 @register("allocator")
 def a_counts_peak(pk, ref):
     pool = pk.BlockPool(TINY, 6, 4)
-    for _ in range(4):
-        pool.alloc()
+    ids = [pool.alloc() for _ in range(4)]
     check((pool.n_used, pool.n_free, pool.peak_used) == (4, 2, 4), f"after 4 allocs: n_used/n_free/peak "
           f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 4/2/4")
-    pool.incref(0)
-    pool.decref(1)
-    pool.decref(2)
-    check((pool.n_used, pool.n_free, pool.peak_used) == (2, 4, 4), f"after incref 0, decref 1, 2: n_used/n_free/peak "
+    pool.incref(ids[0])
+    pool.decref(ids[1])
+    pool.decref(ids[2])
+    check((pool.n_used, pool.n_free, pool.peak_used) == (2, 4, 4), f"after incref #0, decref #1, #2: n_used/n_free/peak "
           f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 2/4/4")
-    pool.alloc()
+    more = [pool.alloc()]
     check((pool.n_used, pool.peak_used) == (3, 4), f"after one more alloc: n_used/peak {pool.n_used}/{pool.peak_used}, "
           "expected 3/4")
-    for _ in range(3):
-        pool.alloc()
+    more += [pool.alloc() for _ in range(3)]
     check((pool.n_used, pool.n_free, pool.peak_used) == (6, 0, 6), "full pool: n_used/n_free/peak "
           f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 6/0/6")
-    pool.decref(0)
-    for b in range(6):
+    for b in [ids[0], ids[0], ids[3], *more]:
         pool.decref(b)
     check((pool.n_used, pool.n_free, pool.peak_used) == (0, 6, 6), "emptied pool: n_used/n_free/peak "
           f"{pool.n_used}/{pool.n_free}/{pool.peak_used}, expected 0/6/6")
@@ -252,31 +259,35 @@ def a_counts_peak(pk, ref):
 def a_exhaust(pk, ref):
     pool = pk.BlockPool(TINY, 3, 4)
     got = ints(pool.alloc() for _ in range(3))
-    check(got == [0, 1, 2], f"allocs {got}")
+    check(sorted(got) == [0, 1, 2], f"allocs {got}: not the pool's 3 blocks")
     before = pool_state(pool)
     raises(MemoryError, pool.alloc)
     raises(MemoryError, pool.alloc)
     check(pool_state(pool) == before, f"failed alloc changed the pool: {before} -> {pool_state(pool)}")
-    pool.decref(1)
-    check(int(pool.alloc()) == 1, "after a failed alloc and a free, alloc is not the freed block")
+    pool.decref(got[1])
+    check(int(pool.alloc()) == got[1], "after a failed alloc and a free, alloc is not the freed block (the only free one)")
 
 
 @register("allocator")
 def a_copy(pk, ref):
-    """copy_block's ids, refcounts and n_copies (the data it copies is Part 4's: c_copy_data)."""
+    """copy_block's ids, refcounts and n_copies (the data it copies is Part 4's: c_copy_data; which free
+    block it takes is a_order's)."""
     pool = pk.BlockPool(ODD, 6, 3)
-    pool.alloc(), pool.alloc()
-    pool.decref(0)
-    new = int(pool.copy_block(1))
-    check(new == 0, f"copy_block allocated {new}, expected the lowest free block 0")
+    a, b = ints((pool.alloc(), pool.alloc()))
+    pool.decref(a)
+    new = int(pool.copy_block(b))
+    want = [0] * 6
+    want[b] = want[new] = 1
     st = pool_state(pool)
-    check(st == {"ref": [1, 1, 0, 0, 0, 0], "n_used": 2, "n_free": 4, "peak": 2, "n_copies": 1},
-          f"after copy_block: {st} (source refcount must stay 1, n_copies 1)")
-    pool.incref(1)
-    new = int(pool.copy_block(1))
-    st = pool_state(pool)
-    check(new == 2 and st == {"ref": [1, 2, 1, 0, 0, 0], "n_used": 3, "n_free": 3, "peak": 3, "n_copies": 2},
-          f"copy of a shared block: returned {new}, {st}")
+    check(new != b and st == {"ref": want, "n_used": 2, "n_free": 4, "peak": 2, "n_copies": 1},
+          f"copy_block({b}) returned {new}: {st} (a free block, source refcount must stay 1, n_copies 1)")
+    pool.incref(b)
+    new2 = int(pool.copy_block(b))
+    want[b], st = 2, pool_state(pool)
+    if new2 not in (b, new):
+        want[new2] = 1
+    check(new2 not in (b, new) and st == {"ref": want, "n_used": 3, "n_free": 3, "peak": 3, "n_copies": 2},
+          f"copy of a shared block: returned {new2}, {st}")
 
 
 @register("allocator")
@@ -312,15 +323,16 @@ def a_bad_ids(pk, ref):
 @register("allocator")
 def a_free_block_ops(pk, ref):
     pool = pk.BlockPool(TINY, 4, 4)
-    pool.alloc(), pool.alloc()
-    pool.decref(1)
+    a, b = ints((pool.alloc(), pool.alloc()))
+    pool.decref(b)
+    never = min({0, 1, 2, 3} - {a, b})
     before = pool_state(pool)
     for fn in (pool.incref, pool.decref, pool.copy_block):
-        raises(ValueError, fn, 1)        # 1 is free
-        raises(ValueError, fn, 3)        # 3 was never allocated
-    check(int(pool.refcount(1)) == 0 and int(pool.refcount(3)) == 0, "refcount of a free block is not 0")
+        raises(ValueError, fn, b)        # b was given back: free
+        raises(ValueError, fn, never)    # never allocated
+    check(int(pool.refcount(b)) == 0 and int(pool.refcount(never)) == 0, "refcount of a free block is not 0")
     check(pool_state(pool) == before, f"operations on free blocks changed the pool: {before} -> {pool_state(pool)}")
-    check(int(pool.alloc()) == 1, "the free block 1 is not handed out next")
+    check(sorted([a, *ints(pool.alloc() for _ in range(3))]) == [0, 1, 2, 3], "the free blocks are not handed out")
 
 
 @register("allocator")
@@ -331,7 +343,7 @@ def a_double_free(pk, ref):
     before = pool_state(pool)
     raises(ValueError, pool.decref, b)
     check(pool_state(pool) == before, f"double free changed the pool: {before} -> {pool_state(pool)}")
-    check(ints(pool.alloc() for _ in range(3)) == [0, 1, 2], "free list corrupted by a double free")
+    check(sorted(ints(pool.alloc() for _ in range(3))) == [0, 1, 2], "free list corrupted by a double free")
     raises(MemoryError, pool.alloc)
 
 
@@ -1137,6 +1149,9 @@ def verify_mutants(ref, verbose=False):
             problems.append(f"mutant {m.name}: witness {m.witness!r} is not a check of part {m.part}")
         elif m.witness not in failed:
             problems.append(f"mutant {m.name}: its witness {m.witness} passes")
+        if m.checks and set(own) - {m.witness}:
+            problems.append(f"mutant {m.name} names its checks ({', '.join(m.checks)}), yet fails its part's "
+                            f"{sorted(set(own) - {m.witness})} too")
         rows.append((m, failed))
         if verbose:
             print(f"  {m.part:20s} {m.name:28s} fails {len(failed):2d} checks ({len(own)} own); "

@@ -1,0 +1,255 @@
+"""What staff get from an offline batch, piece by piece and without grading: the CSV gradebook, the
+class summary and page, the feedback files, the integrity flags, and the commands' help. Expected values are stated here from the
+rubric and from the README's "Grading a class", never read back from the code under test.
+(checks/test_class_batch.py grades a whole class folder.)"""
+import csv
+import json
+import re
+import subprocess
+import sys
+from urllib.parse import unquote
+
+import pytest
+
+from grader import paths
+
+paths.trusted_imports()
+
+from grader import classpage, classview, gradebook, handback, integrity, report, rubric  # noqa: E402
+from grader.score import score  # noqa: E402
+from grader.selftest import classfolder  # noqa: E402
+
+sys.path.insert(0, str(paths.REPO / "tools"))
+from browser_check import Outline  # noqa: E402
+
+REPO = paths.REPO
+
+
+def results_of(failing=None, extra_data=None, left_out=None):
+    """A results.json: every check passes all its cases except those in `failing` (check id ->
+    its failure messages, one case each)."""
+    failing = failing or {}
+    by_check = {cid: [(False, m) for m in failing[cid]] if cid in failing else [(True, "")] for cid in rubric.CHECKS}
+    rows = score(by_check, left_out=left_out)
+    return report.results_json(rows, report.student_output(rows), 1.0, extra_data=extra_data or {})
+
+
+# ------------------------------------------------------------------ items 3 and 4: the gradebook
+
+def test_the_gradebook_has_ids_separate_extra_credit_a_points_row_and_imports(tmp_path, bonus_on):
+    bonus_lost = {"prefix_cache.eviction": ["evicted the wrong block"]}
+    broken_part3 = {cid: ["wrong"] for cid in rubric.CHECKS if cid.startswith("blockwise_attention.")}
+    folder = tmp_path / "carol"
+    folder.mkdir()
+    (folder / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 7, "email": "carol@uni.edu"},
+                                                                           {"id": 8, "email": "dave@uni.edu"}]}))
+    not_attempted = {"prefix_cache": "bonus not attempted: paged_kv.py defines no PrefixCache"}
+    rows = [gradebook.row("alice", results_of(bonus_lost), student=gradebook.student_id("alice", tmp_path / "a.py"),
+                          from_zip=True, seed=5),
+            gradebook.row("carol", results_of(broken_part3), student=gradebook.student_id("carol", folder)),
+            gradebook.row("eve", results_of(left_out=not_attempted, extra_data={"bonus": not_attempted})),
+            gradebook.row("fay", results_of({cid: ["not implemented yet: your code reached a TODO of Part 5"]
+                                             for cid in rubric.CHECKS if cid.startswith("prefix_cache.")})),
+            gradebook.row("zed", None, error="exit 3: broken")]
+    book = tmp_path / "book.csv"
+    gradebook.write(book, rows)
+    with open(book, newline="") as f:
+        table = list(csv.DictReader(f))
+    top, by = table[0], {r["submission"]: r for r in table[1:]}
+    assert top["submission"] == "Points Possible" and float(top["base"]) == 100 and float(top["extra_credit"]) == 10
+    assert all(float(top[p]) == rubric.part_points(p) for p in rubric.ALL_PARTS)
+    assert set(by) == {"alice", "carol", "eve", "fay", "zed"}
+    assert by["alice"]["student_id"] == "alice" and by["carol"]["student_id"] == "carol@uni.edu;dave@uni.edu"
+    lost = rubric.CHECKS["prefix_cache.eviction"].points
+    assert (float(by["alice"]["base"]), float(by["alice"]["extra_credit"]), by["alice"]["bonus_attempted"]) == \
+        (100, 10 - lost, "yes")
+    assert float(by["alice"]["total"]) == 110 - lost
+    # a bonus cannot hide a broken part: Part 3 at 0 is 85 of 100, whatever the extra credit
+    assert (float(by["carol"]["base"]), float(by["carol"]["extra_credit"])) == (85, 10)
+    assert (float(by["eve"]["base"]), float(by["eve"]["extra_credit"]), by["eve"]["bonus_attempted"]) == (100, 0, "no")
+    assert by["fay"]["bonus_attempted"] == "no"                  # the starter's bonus stubs, left as they are
+    assert (by["alice"]["from_zip"], by["carol"]["from_zip"], by["alice"]["seed"]) == ("yes", "no", "5")
+    assert by["zed"]["base"] == "" and by["zed"]["status"] == "grader failed: exit 3: broken"
+
+
+def test_the_gradebook_without_the_bonus_has_no_bonus_columns(bonus_off):
+    assert not {"extra_credit", "bonus_attempted", "total", "prefix_cache"} & set(gradebook.fields())
+    assert {"student_id", "base", "flags", "from_zip", "seed"} <= set(gradebook.fields())
+
+
+# ------------------------------------------------------------------ items 3 and 6: the class summary
+
+def test_the_base_score_histogram_never_goes_above_100(bonus_on):
+    lines = classview.summary({"a": results_of(), "b": results_of({"allocator.layout": ["x"]})})
+    start = next(i for i, line in enumerate(lines) if line.startswith("Base score out of 100"))
+    bins = [line.split("|")[0].strip() for line in lines[start + 1:start + 12]]
+    assert bins == [f"{lo}-{lo + 9}" for lo in range(0, 100, 10)] + ["100"]
+    assert int(lines[start + 11].split()[-1]) == 1 and int(lines[start + 10].split()[-1]) == 1    # 110 -> 100; 97
+    assert not any(">100" in line for line in lines)
+
+
+def test_the_extra_credit_is_counted_among_those_who_attempted_it(bonus_on):
+    todo = {cid: ["not implemented yet (your code raised NotImplementedError)"]
+            for cid in rubric.CHECKS if cid.startswith("prefix_cache.")}
+    results = {"done": results_of(), "stubs": results_of(todo), "broken": results_of({cid: ["cannot be graded: x"] for cid in rubric.CHECKS}, extra_data={"not_graded": "x"})}
+    lines = classview.summary(results)
+    line = next(line for line in lines if line.startswith("prefix_cache ("))
+    assert line == "prefix_cache (10 points, extra credit; attempted by 1, not by 2): mean 10.0, median 10.0, " \
+                   "min 10.0, max 10.0"
+    allocator = next(line for line in lines if line.startswith("allocator ("))
+    assert "min 0.0" in allocator                       # Parts 1-4 are the grade: everyone counts
+
+
+def test_most_failed_leaves_out_what_was_not_started_and_cuts_no_tie():
+    ids = list(rubric.CHECKS)
+    twelve = ids[:12]
+    results = {f"s{i}": results_of({cid: ["wrong"] for cid in twelve}) for i in range(3)}
+    todo = "not implemented yet (your code raised NotImplementedError)"
+    results["lazy"] = results_of({cid: [todo] for cid in ids})
+    results["syntax"] = results_of(extra_data={"not_graded": "SyntaxError"})
+    part4 = [cid for cid in ids if cid.startswith("copy_on_write.")]          # Parts 1-3 done, Part 4 left as stubs
+    results["partly"] = results_of({**{cid: ["wrong"] for cid in twelve}, **{cid: [todo] for cid in part4}})
+    flags = integrity.Flags(not_started={"lazy": "stubs only"})
+    lines = classview.summary(results, flags)
+    head = "Checks failed most often (by the 4 graded submissions that were started):"
+    ranked = lines[lines.index(head) + 1:lines.index("", lines.index(head))]
+    assert [line.split()[3] for line in ranked] == twelve                    # 12 tied: none cut at 10
+    assert all(line.split()[:3] == ["4", "of", "4"] for line in ranked)    # lazy's and partly's stubs: not counted
+    assert not set(twelve) & set(part4)
+    assert "  not started: lazy" in lines and "  not graded: syntax" in lines
+
+
+# ------------------------------------------------------------------ item 1: flags that need no grading
+
+def _flags(files, results=None):
+    return integrity.flags({n: t.encode() if isinstance(t, str) else t for n, t in files.items()}, results or {})
+
+
+def test_the_starter_in_either_edition_is_not_started_and_not_identical():
+    import build_handout
+    without_bonus = build_handout.without_bonus_python(classfolder.STARTER)
+    flags = _flags({"a": classfolder.STARTER, "b": without_bonus, "c": classfolder.STARTER.replace("\n", "\r\n"),
+                    "d": classfolder.STARTER + "\n# one more line\n"})
+    assert flags.not_started == {n: "the starter unchanged" for n in "abc"}
+    assert flags.identical == [] and flags.near_copies == {}
+
+
+def test_stubs_only_needs_every_failure_to_be_a_todo():
+    todo = "not implemented yet (your code raised NotImplementedError)"
+    stubs = results_of({cid: [todo] for cid in rubric.CHECKS})
+    half = results_of({cid: [todo if i % 2 else "your code raised an exception: TypeError"]
+                       for i, cid in enumerate(rubric.CHECKS)})
+    some = results_of({cid: [todo] for cid in list(rubric.CHECKS)[1:]})           # one check passes
+    flags = _flags({"s": "x = 1\n", "h": "x = 2\n", "o": "x = 3\n"}, {"s": stubs, "h": half, "o": some})
+    assert flags.not_started == {"s": "stubs only"}
+
+
+def test_identical_bytes_are_grouped_and_near_copies_of_the_solution_found():
+    files = {n: (e, c["paged_kv.py"] if isinstance(c, dict) else c) for n, (e, c) in classfolder.files().items()}
+    flags = _flags({n: text for n, (_, text) in files.items()})
+    assert flags.identical == [["erin", "frank"]]
+    expected = {n for n, said in classfolder.EXPECTED.items() if any(s.startswith("near-copy") for s in said)}
+    assert set(flags.near_copies) == expected and min(flags.near_copies.values()) > 0.9
+    honest = [n for n, said in classfolder.EXPECTED.items() if not said]
+    reference = integrity.grams(classfolder.REFERENCE)
+    shares = {n: integrity.share_of(files[n][1], reference, set()) for n in honest}
+    assert max(s for s in shares.values() if s is not None) < integrity.NEAR_COPY / 2, shares
+
+
+def test_the_starter_layout_makes_no_file_a_near_copy():
+    """Two correct files in the starter's layout (its docstrings, signatures and imports) share the
+    starter, which is subtracted; without subtracting it they would look alike."""
+    kim = classfolder.in_starter_layout(classfolder.variant("rollback_numpy_ids"))
+    leo = classfolder.in_starter_layout(classfolder.variant("custom_errors_debug"))
+    assert kim.startswith(classfolder.STARTER[:classfolder.STARTER.index('"""', 3) + 3]) and "heapq" in kim
+    assert kim.count('"""') >= 0.9 * classfolder.STARTER.count('"""')           # the starter's docstrings
+    boiler = set().union(*(integrity.grams(e.decode()) for e in integrity.starter_editions()))
+    assert integrity.share_of(kim, integrity.grams(leo) - boiler, boiler) < 0.25
+    assert integrity.share_of(kim, integrity.grams(leo), set()) > integrity.share_of(kim, integrity.grams(leo) - boiler,
+                                                                                     boiler)
+
+
+# ------------------------------------------------------------------ item 5: feedback files and the page
+
+def test_a_feedback_file_is_what_the_student_sees_and_nothing_for_staff(tmp_path):
+    staff = {"seed": 987654321, "sha256": "ab" * 32, "isolation": ["pid namespace"], "grader": "cd" * 32}
+    data = results_of({"allocator.bad_ids": ["block 3 is free: expected ValueError, got no error"]}, extra_data=staff)
+    data["tests"][1]["visibility"] = "hidden"
+    handback.write(tmp_path, {"alice": data, "bob": None})
+    text = (tmp_path / "alice.txt").read_text()
+    assert text.startswith(data["output"]) and not (tmp_path / "bob.txt").exists()
+    at = len(data["output"])
+    for test in data["tests"]:
+        if test is data["tests"][1]:
+            assert test["name"] not in text
+            continue
+        head = f"{test['number']} {test['name']}: {test['score']:.2f} / {test['max_score']}"
+        at = text.index(head, at)
+        at = text.index(test["output"], at)                          # each test's output, in order
+    assert not any(str(v)[:12] in text for v in ("987654321", "ab" * 32, "cd" * 32, "pid namespace"))
+    handback.write(tmp_path, {"carol": data})                        # a class without alice: her file goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["carol.txt"]
+
+
+def test_the_class_page_is_one_well_formed_page_with_histograms_and_links(tmp_path, bonus_on):
+    hostile = '<script>alert(1) "&'                       # an entry name can be anything but "/"
+    results = {"alice": results_of(), "bob": results_of({"allocator.layout": [f"oops {hostile}"]}),
+               hostile: results_of(), "zed": None}
+    flags = integrity.Flags(identical=[["alice", hostile]])
+    rows = [gradebook.row(n, r, flags=flags.of(n)) for n, r in results.items()]
+    handback.write(tmp_path / "fb", results)
+    page = classpage.write(tmp_path / "class.html", results, rows, flags, tmp_path / "fb")
+    text = page.read_text()
+    seen = Outline(text)
+    assert seen.problems == [] and seen.title == "CS349E PagedAttention: class report"
+    assert seen.svgs == 1 + len(rubric.ALL_PARTS) and len(seen.captions) == seen.svgs
+    assert len(seen.bars) == len(classview.base_bins([])) + len(rubric.ALL_PARTS) * len(classview.PART_BINS)
+    assert sum(1 for h in seen.bars if h > 0) >= 1 + len(rubric.ALL_PARTS)
+    assert {"scores", "failed", "flags", "students"} <= set(seen.ids)
+    assert "<script" not in text and "src=" not in text and "<link" not in text
+    assert "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")      # nothing loaded, nothing run
+    targets = sorted((tmp_path / unquote(link)).resolve() for link in seen.links)
+    assert targets == sorted((tmp_path / "fb" / f"{n}.txt").resolve() for n in ("alice", "bob", hostile))
+
+
+# ------------------------------------------------------------------ item 8: help and make
+
+def _run(*cmd):
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_python_m_grader_help_shows_batch_and_batch_help_documents_every_option():
+    assert "python -m grader batch DIR" in _run(sys.executable, "-m", "grader", "--help").stdout
+    batch = _run(sys.executable, "-m", "grader", "batch", "--help").stdout
+    options = re.findall(r"^  (--[a-z-]+)", batch, flags=re.M)
+    assert set(options) == {"--jobs", "--csv", "--seed", "--isolate", "--regrade"}
+    for option in options:            # each has a description on its line or the next
+        line = batch[batch.index(f"  {option}"):].splitlines()
+        assert len((line[0] + " " + line[1]).split()) > 4, line[:2]
+
+
+def _targets(lines):
+    """target -> the option names it takes (VAR in VAR=...), from "make target [VAR=...] ..." texts."""
+    out = {}
+    for line in lines:
+        m = re.match(r"make ([\w-]+)(.*)", line)
+        if m:
+            out[m.group(1)] = set(re.findall(r"\b([A-Z]+)=", m.group(2).split("  ")[0]))
+    return out
+
+
+def test_make_help_lists_every_target_with_the_options_the_readme_gives():
+    help_lines = _run("make", "--no-print-directory", "help").stdout.splitlines()
+    readme = (REPO / "README.md").read_text()
+    table = re.findall(r"^\| `(make [^`]+)` \|", readme, flags=re.M)
+    phony = re.search(r"^\.PHONY: (.*)$", (REPO / "Makefile").read_text(), flags=re.M).group(1).split()
+    in_help, in_readme = _targets(help_lines), _targets(table)
+    assert set(in_help) == set(phony) - {"help"} == set(in_readme)
+    assert in_help == in_readme
+
+
+@pytest.mark.parametrize("target", ["batch", "regrade", "similarity"])
+def test_a_class_target_without_dir_stops_with_a_clear_error(target):
+    done = _run("make", "--no-print-directory", target)
+    assert done.returncode != 0 and f"make {target}: give the class folder" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
