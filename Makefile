@@ -20,7 +20,7 @@ help:
 	@echo "make regrade DIR=d NAME=n [SEED=n]  grade submission n of the batch again, exactly as the batch did"
 	@echo "make similarity DIR=d      pairwise similarity (copydetect, into build/staff-venv on first use)"
 	@echo "make browser-check [REPORT=build/gradebook.html]  open the class report in headless chromium"
-	@echo "make autograder            build/autograder.zip for Gradescope"
+	@echo "make autograder [FEEDBACK=full|brief|points]  build/autograder.zip for Gradescope"
 	@echo "make gradescope-sim [SUITES=\"bookworm bullseye\"]  as root: the autograder in fresh Debian roots"
 	@echo "make selftest [JOBS=2]     grade the mutants, correct variants and hostile submissions"
 	@echo "make bench                 the benchmarks reported in the issues"
@@ -77,8 +77,9 @@ REPORT ?= build/gradebook.html
 browser-check:
 	$(PYTHON) tools/browser_check.py $(REPORT) --screenshot $(basename $(REPORT)).png
 
+FEEDBACK ?= full
 autograder: $(VENV)/.ready
-	$(PY) -m grader.gradescope.build build/autograder.zip
+	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK)
 
 # Fresh Debian roots (debootstrap minbase, cached in build/gsim/): setup.sh, then run_autograder on the
 # reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.

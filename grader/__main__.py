@@ -5,6 +5,7 @@ SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submis
 import argparse
 import sys
 
+from grader import feedback
 from grader.grade import GraderBroken, ResultsNotWritten, grade, seed_for
 
 
@@ -27,13 +28,22 @@ def main(argv=None):
     ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
                     help="run the submission as an unprivileged user in namespaces (auto: when root)")
     ap.add_argument("--quiet", action="store_true", help="no terminal table")
+    ap.add_argument("--feedback", choices=feedback.LEVELS,
+                    help="how much a failing check explains: full (the default: what differed, expected vs got, a few "
+                         "of the submission's values), brief (what differed, no values), points (points only)")
+    ap.add_argument("--config", help="the autograder's config.json (make autograder writes it): its feedback level")
     args = ap.parse_args(argv)
     if args.parent_pid:
         from grader.batch import die_with_parent
         die_with_parent(args.parent_pid)
     try:
+        level = args.feedback or (feedback.level_from(args.config) if args.config else feedback.DEFAULT)
+    except ValueError as e:
+        print(f"grader: {e}", file=sys.stderr)
+        return 2
+    try:
         grade(args.submission, args.results, seed=seed_for(args.metadata, args.seed), job=args.job,
-              isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet)
+              isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet, level=level)
     except (FileNotFoundError, ResultsNotWritten) as e:
         print(f"grader: {e}", file=sys.stderr)
         return 2

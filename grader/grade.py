@@ -10,7 +10,7 @@ import re
 import time
 from pathlib import Path
 
-from grader import paths, report, rubric
+from grader import feedback, paths, report, rubric
 from grader.collect import Collector
 from grader.fingerprint import bytes_hash, grader_hash
 from grader.score import score
@@ -40,20 +40,21 @@ def seed_for(metadata_path, override=None):
     return int.from_bytes(hashlib.sha256(f"{SEED_SALT}:{who}".encode()).digest()[:4], "little") if who else 0
 
 
-def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False):
-    """Grade and write results.json; returns the results dict."""
+def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False, level=feedback.DEFAULT):
+    """Grade and write results.json; returns the results dict. level: how much the feedback explains
+    (grader/feedback.py)."""
     start = time.perf_counter()
     paths.trusted_imports()
     try:
         with opened(submission) as found:
-            return _grade_file(found, results_path, seed, job, isolate, quiet, start)
+            return _grade_file(found, results_path, seed, job, isolate, quiet, start, level)
     except SubmissionError as e:
         staff = {"seed": seed, "grader": grader_hash(), "not_graded": str(e)}
         return _finish(results_path, score({}, str(e)), start, quiet, problem=str(e),
                        header=f"Not graded (seed {seed}): {e}", staff=staff)
 
 
-def _grade_file(found, results_path, seed, job, isolate, quiet, start):
+def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
     from grader.sandbox import Sandbox
     file = found.path
     hide = [os.path.dirname(os.path.abspath(results_path))] if results_path else []
@@ -101,8 +102,9 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start):
     if stubbed:
         left_out = {**left_out, **stubbed}
         staff["bonus"] = left_out
-    return _finish(results_path, score(by_check, left_out=left_out), start, quiet, notes=found.notes,
-                   header=header, staff=staff)
+    rows = feedback.finish(score(by_check, left_out=left_out), level)
+    return _finish(results_path, rows, start, quiet, notes=found.notes, header=header,
+                   staff={**staff, "feedback": level})
 
 
 def bonus_left_out(missing):

@@ -161,8 +161,9 @@ def blockwise_attention(q, seq, layer):
     then the weighted sum of V per block. seq.length < 1: ValueError.
 
     `seq` is an object with only seq.pool.k, seq.pool.v, seq.pool.block_size, seq.pool.cfg,
-    seq.blocks and seq.length, and no methods (seq.read fails). How you index pool.k is not
-    graded: a list of per-block scores or one stacked array are both fine.
+    seq.blocks and seq.length, and no methods (seq.read fails). Its pool.k and pool.v serve one
+    block per index: read seq.pool.k[layer, b] (or [layer, b, :n]) block by block; many blocks in
+    one index or np.asarray(pool.k) is refused. Per-block scores in a list or stacked are both fine.
     assignment.md, "Part 3: blockwise attention".
     """
     raise NotImplementedError("TODO Part 3: blockwise_attention")

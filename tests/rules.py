@@ -20,11 +20,12 @@ grader judge with these same functions, so a mistake costs points once, in its o
 Every function takes plain data and returns a sentence (what is wrong, where) or None.
 """
 import math
+import re
 
 import numpy as np
 
 import scenarios as sc
-from explain import describe_action, draw_tables, first_difference
+from explain import describe_action, draw_tables, first_difference, their, their_group, their_list, their_tables
 
 TOL_LOGITS = 1e-10
 STATE = ("tables", "lengths", "refcounts", "n_used", "n_free", "peak_used", "n_copies")
@@ -112,25 +113,33 @@ def pool_difference(expected, got):
         if e == g:
             continue
         if field == "error":
-            return f"expected {e or 'no error'}, got {g or 'no error'}"
+            return f"expected {e or 'no error'}, got {their(g, 'kind') if g else 'no error'}"
         if field == "result":
-            return f"the result: expected {_said(e)}, got {_said(g)}"
+            return f"the result: expected {_said(e)}, got {_their_said(g)}"
         if field == "changed":
             return f"a call that raised must change nothing, but it changed {', '.join(g)}"
         if field == "refcounts":
             if len(e) != len(g):
-                return f"the script's calls made {len(g)} handles, expected {len(e)}"
+                return f"the script's calls made {their(len(g), 'count')} handles, expected {len(e)}"
             k = next(k for k, (a, b) in enumerate(zip(e, g)) if a != b)
-            return f"the refcount of #{k}'s block: expected {_said(e[k])}, got {_said(g[k])}"
+            return f"the refcount of #{k}'s block: expected {_said(e[k])}, got {_their_said(g[k])}"
         if field == "unallocated":
-            return (f"blocks no call has returned have refcounts {', '.join(map(_said, g[:8]))}: "
+            return (f"blocks no call has returned have refcounts {their_list(g[:8], item=_their_said)}: "
                     "a block nobody was handed is free (refcount 0)")
-        return f"{field}: expected {_said(e)}, got {_said(g)}"
+        return f"{field}: expected {_said(e)}, got {_their_said(g)}"
     return None
 
 
 def _said(x):
     return "None" if x is None else str(x)
+
+
+def _their_said(x):
+    """A value of the submission's pool_view row, as feedback may show it (explain.their)."""
+    handle = re.fullmatch(r"#(\d+), a free block", x) if isinstance(x, str) else None
+    if handle:
+        return f"#{their(int(handle.group(1)), 'count')}, a free block"
+    return their(x, "count" if type(x) is int else "kind")
 
 
 def handle_ids(records, n_blocks, most=12):
@@ -139,8 +148,9 @@ def handle_ids(records, n_blocks, most=12):
     book = sc.PoolBook(n_blocks)
     for rec in records:
         book.note(rec["op"][0], rec["block"], rec["result"], rec["error"])
-    said = [f"#{k} = {b if book.valid(b) else 'no block'}" for k, b in enumerate(book.handles[:most])]
-    return ", ".join(said) + (", ..." if len(book.handles) > most else "") if said else "no handles yet"
+    said = [f"#{k} = {their(b, 'id') if book.valid(b) else 'no block'}" for k, b in enumerate(book.handles[:most])]
+    text = ", ".join(said) + (", ..." if len(book.handles) > most else "") if said else "no handles yet"
+    return their_group(text, (most + 2) << most)          # how many handles, which of them name no block
 
 
 def lowest_free_difference(expected, got, n_blocks):
@@ -158,8 +168,8 @@ def lowest_free_difference(expected, got, n_blocks):
         want = f"block {e['result']}, the lowest free one (free before the call: {free_said})" \
             if e["error"] is None else e["error"]["kind"]
         b = g["result"]
-        have = g["error"]["kind"] if g["error"] is not None else f"block {b}" if type(b) is int and 0 <= b < n_blocks \
-            else "an id outside the pool" if type(b) is int else "not an integer"
+        have = their(g["error"]["kind"], "kind") if g["error"] is not None else f"block {their(b, 'id')}" \
+            if type(b) is int and 0 <= b < n_blocks else "an id outside the pool" if type(b) is int else "not an integer"
         return i, f"expected {want}, got {have}"
     return None
 
@@ -210,8 +220,10 @@ def short_of(rec, block_size):
     """In one record, the first sequence whose table holds fewer blocks than its length needs."""
     for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
         if isinstance(length, int) and len(table) < math.ceil(length / block_size):
-            return (f"seq {s} has length {length} but {len(table)} block{'s' * (len(table) != 1)} of {block_size}: "
-                    f"its table must hold ceil({length} / {block_size}) = {math.ceil(length / block_size)}")
+            need = math.ceil(length / block_size)
+            return (f"seq {their(s, 'count')} has length {their(length, 'length')} but {their(len(table), 'count')} "
+                    f"block{'s' * (len(table) != 1)} of {block_size}: its table must hold "
+                    f"ceil({their(length, 'length')} / {block_size}) = {their(need, 'count')}")
     return None
 
 
@@ -241,8 +253,9 @@ def sharing_violation(records, block_size):
                 lines = [f"after action {n} of {len(records)}, {describe_action(rec['op'])}: {e}"]
                 if before["refcounts"] is not None:
                     lines.append(draw_tables("before", before["tables"], before["lengths"], block_size,
-                                             before["refcounts"]))
-                lines.append(draw_tables("after", rec["tables"], rec["lengths"], block_size, rec["refcounts"]))
+                                             before["refcounts"], theirs=True))
+                lines.append(draw_tables("after", rec["tables"], rec["lengths"], block_size, rec["refcounts"],
+                                         theirs=True))
                 return "\n".join(lines)
         before = rec
     return None
@@ -269,27 +282,29 @@ def _check_action(op, before, after, B):
     t0, t1, rc1 = before["tables"], after["tables"], free_as_zero(after["refcounts"])
     rc0 = free_as_zero(before["refcounts"]) if before["refcounts"] is not None else [0] * len(rc1)
     if any(not isinstance(r, int) for r in rc1):
-        raise _Fail(f"refcount() did not return an integer for every block (got {_first_bad(rc1)})")
+        raise _Fail(f"refcount() did not return an integer for every block (got {their(_first_bad(rc1))})")
     expected = list(rc0)
     held_before = {b for t in t0 for b in t}
     if name == "new":
         _same_tables(t0, t1[:-1], range(len(t0)))
         if t1[-1] != [] or after["lengths"][-1] != 0:
-            raise _Fail(f"a new sequence must have no blocks and length 0, it has {t1[-1]}, length {after['lengths'][-1]}")
+            raise _Fail(f"a new sequence must have no blocks and length 0, it has {their_list(t1[-1], 'id')}, length "
+                        f"{their(after['lengths'][-1], 'length')}")
     elif name == "fork":
         i = op[1]
         _same_tables(t0, t1[:-1], range(len(t0)))
         if t1[-1] != t0[i] or after["lengths"][-1] != before["lengths"][i]:
-            raise _Fail(f"the fork must share seq {i}'s whole table {t0[i]} with its length {before['lengths'][i]}; "
-                        f"it has {t1[-1]}, length {after['lengths'][-1]}")
+            raise _Fail(f"the fork must share seq {i}'s whole table {their_list(t0[i], 'id')} with its length "
+                        f"{their(before['lengths'][i], 'length')}; it has {their_list(t1[-1], 'id')}, length "
+                        f"{their(after['lengths'][-1], 'length')}")
         for b in t0[i]:
             expected[b] += 1
     elif name == "free":
         i = op[1]
         _same_tables(t0, t1, [j for j in range(len(t0)) if j != i])
         if t1[i] != [] or after["lengths"][i] != 0:
-            raise _Fail(f"after free() seq {i} must have no blocks and length 0, it has {t1[i]}, length "
-                        f"{after['lengths'][i]}")
+            raise _Fail(f"after free() seq {i} must have no blocks and length 0, it has {their_list(t1[i], 'id')}, "
+                        f"length {their(after['lengths'][i], 'length')}")
         for b in t0[i]:
             expected[b] -= 1
     elif name in ("step", "grow", "reserve"):
@@ -299,8 +314,10 @@ def _check_action(op, before, after, B):
     if rc1 != expected:
         b = next(b for b, (e, g) in enumerate(zip(expected, rc1)) if e != g)
         holders = sum(t.count(b) for t in t1)
-        raise _Fail(f"block {b} should have refcount {expected[b]} (it was {rc0[b]}; {holders} table"
-                    f"{'s' * (holders != 1)} hold{'s' * (holders == 1)} it now), got {rc1[b]}")
+        raise _Fail(f"block {their(b, 'id')} should have refcount {their(expected[b], 'count')} (it was "
+                    f"{their(rc0[b], 'count')}; "
+                    f"{their(holders, 'count')} table{'s' * (holders != 1)} hold{'s' * (holders == 1)} it now), got "
+                    f"{their(rc1[b], 'count')}")
 
 
 def _advance(idx, before, after, B, expected, held_before):
@@ -322,34 +339,41 @@ def _advance(idx, before, after, B, expected, held_before):
     for i in idx:
         old, new = t0[i], t1[i]
         if new[:max(0, len(old) - 1)] != old[:-1]:
-            raise _Fail(f"seq {i}'s table was {old}; every block but the last must stay, it is {new}")
+            raise _Fail(f"seq {i}'s table was {their_list(old, 'id')}; every block but the last must stay, it is "
+                        f"{their_list(new, 'id')}")
         if len(new) < len(old):
-            raise _Fail(f"seq {i}'s table lost blocks: {old} became {new}")
+            raise _Fail(f"seq {i}'s table lost blocks: {their_list(old, 'id')} became {their_list(new, 'id')}")
         added = new[len(old):]
         if old and new[len(old) - 1] != old[-1]:
             b = old[-1]
             if not writers.get(b) or i not in writers[b]:
                 why = "it is full" if before["lengths"][i] % B == 0 else "nobody else holds it"
-                raise _Fail(f"seq {i}'s last block {b} was replaced by {new[len(old) - 1]}, but {why}: copy-on-write "
+                raise _Fail(f"seq {i}'s last block {their(b, 'id')} was replaced by {their(new[len(old) - 1], 'id')}, "
+                            f"but {why}: copy-on-write "
                             "copies only a partly filled last block that is shared (refcount > 1)")
             due[b] -= 1
             expected[b] -= 1
             added = [new[len(old) - 1], *added]
             if due[b] < 0:
-                raise _Fail(f"block {b} (refcount {rc0[b]}, written by {len(writers[b])} of its holders) was copied "
+                raise _Fail(f"block {their(b, 'id')} (refcount {their(rc0[b], 'count')}, written by "
+                            f"{their(len(writers[b]), 'count')} of "
+                            f"its holders) was copied "
                             f"too often: with r holders, r - 1 copies; the last holder writes in place")
         for b in added:
             if b in held_before or b in fresh or not isinstance(b, int) or not 0 <= b < len(expected) or rc0[b] != 0:
-                raise _Fail(f"seq {i} got block {b}, which was not free (a new block or a copy must be a block "
+                raise _Fail(f"seq {i} got block {their(b, 'id')}, which was not free (a new block or a copy must be "
+                            "a block "
                             "nobody held)")
             fresh.add(b)
             expected[b] = 1
     late = {b: n for b, n in due.items() if n > 0}
     if late:
         b = next(iter(late))
-        raise _Fail(f"block {b} is partly filled and shared (refcount {rc0[b]}) and {len(writers[b])} of its holders "
-                    f"wrote into it, so {late[b] + sum(1 for i in writers[b] if t1[i][len(t0[i]) - 1] != b)} "
-                    f"cop{'y was' if late[b] == 1 else 'ies were'} due; {late[b]} did not happen (copy-on-write in "
+        due_now = late[b] + sum(1 for i in writers[b] if t1[i][len(t0[i]) - 1] != b)
+        raise _Fail(f"block {their(b, 'id')} is partly filled and shared (refcount {their(rc0[b], 'count')}) and "
+                    f"{their(len(writers[b]), 'count')} of its holders wrote into it, so {their(due_now, 'count')} "
+                    f"cop{'y was' if late[b] == 1 else 'ies were'} due; {their(late[b], 'count')} did not happen "
+                    "(copy-on-write in "
                     "reserve: copy a partly filled last block whose refcount is > 1)")
 
 
@@ -363,9 +387,11 @@ def copy_note(probe):
         return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it."
     wrong = []
     if probe["source_delta"]:
-        wrong.append(f"changes the source's refcount by {probe['source_delta']:+d} (it must leave it alone)")
+        wrong.append(f"changes the source's refcount by {their(probe['source_delta'], 'count', '+d')} (it must "
+                     "leave it "
+                     "alone)")
     if probe["copy_refcount"] != 1:
-        wrong.append(f"gives the copy refcount {probe['copy_refcount']} (must be 1)")
+        wrong.append(f"gives the copy refcount {their(probe['copy_refcount'], 'count')} (must be 1)")
     if not probe["copies_data"]:
         wrong.append("does not copy the source's K and V in every layer")
     return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
@@ -380,22 +406,25 @@ def free_as_zero(refcounts):
 def _same_tables(t0, t1, which):
     for j in which:
         if t1[j] != t0[j]:
-            raise _Fail(f"seq {j} was not part of this action, but its table changed from {t0[j]} to {t1[j]}")
+            raise _Fail(f"seq {their(j, 'count')} was not part of this action, but its table changed from "
+                        f"{their_list(t0[j], 'id')} to {their_list(t1[j], 'id')}")
 
 
 def _first_bad(values):
     return next(v for v in values if not isinstance(v, int))
 
 
-def kv_difference(expected, got):
-    """Where two sequences' K/V (scenarios.gathered_kv) first differ, as a sentence; None if they agree."""
+def kv_difference(expected, got, twin=False):
+    """Where two sequences' K/V (scenarios.gathered_kv) first differ, as a sentence; None if they agree.
+    twin=True: `expected` is the same implementation's run without sharing (shown as its values)."""
     if "short" in got or "short" in expected:
         return "its table holds too few blocks for its length" if "short" in got else "it has K/V where none was due"
     for name in "kv":
         e, g = expected[name], got[name]
         if e.shape != g.shape:
-            return f"{name.upper()} has shape {g.shape}, expected {e.shape} ([n_layers, length, H, Dh])"
-        why = first_difference(e, g, TOL_LOGITS)
+            want = their(e.shape, "shape") if twin else e.shape
+            return f"{name.upper()} has shape {their(g.shape, 'shape')}, expected {want} ([n_layers, length, H, Dh])"
+        why = first_difference(e, g, TOL_LOGITS, twin=twin)
         if why:
             return f"{name.upper()} (index [layer, position, head, d]): {why}"
     return None
@@ -416,10 +445,12 @@ def pool_view_violation(steps, in_use_after):
     for t, s in enumerate(steps):
         distinct = len({b for table in s["tables"] for b in table})
         if s["in_use"] != distinct:
-            return (f"after step {t}, {s['in_use']} blocks have refcount > 0, but the live sequences' tables hold "
-                    f"{distinct} distinct blocks: {'a block leaked' if s['in_use'] > distinct else 'a held block is free'}")
+            return (f"after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks have refcount > 0, but the "
+                    "live sequences' "
+                    f"tables hold {their(distinct, 'count')} distinct blocks: "
+                    f"{'a block leaked' if s['in_use'] > distinct else 'a held block is free'}")
     if in_use_after != 0:
-        return f"after every sequence was freed, {in_use_after} blocks still have refcount > 0 (a leak)"
+        return f"after every sequence was freed, {their(in_use_after, 'count')} blocks still have refcount > 0 (a leak)"
     return None
 
 
@@ -431,16 +462,20 @@ def sampling_violation(steps, prompt_len, n, block_size):
     for t, s in enumerate(steps):
         tables = s["tables"]
         if len({tuple(table[:full]) for table in tables}) != 1 or any(len(table) < full for table in tables):
-            return f"after step {t}, the {full} full blocks of the prompt are not shared by all {n} samples: {tables}"
+            return (f"after step {their(t, 'count')}, the {full} full blocks of the prompt are not shared by all {n} "
+                    "samples: "
+                    f"{their_tables(tables)}")
         rest = [b for table in tables for b in table[full:]]
         if t > 0 and len(rest) != len(set(rest)):
-            return f"after step {t}, samples share blocks past the prompt's full blocks: {tables}"
+            return (f"after step {their(t, 'count')}, samples share blocks past the prompt's full blocks: "
+                    f"{their_tables(tables)}")
     if len(steps) > 1 and prompt_len % block_size:
         first, second = steps[0]["tables"], steps[1]["tables"]
         copies = sum(1 for a, b in zip(first, second) if len(a) > full and len(b) > full and a[full] != b[full])
         if copies != n - 1:
             return (f"the prompt's last block (partly filled: {prompt_len} % {block_size} = {prompt_len % block_size}) was "
-                    f"copied {copies} times at the first step; {n} samples sharing it need {n - 1} copies")
+                    f"copied {their(copies, 'count')} times at the first step; {n} samples sharing it need {n - 1} "
+                    "copies")
     return None
 
 
@@ -549,4 +584,4 @@ def twin_difference(result, n):
     got = rec["result"].get("logits") if isinstance(rec["result"], dict) else None
     if not isinstance(twin["result"], np.ndarray) or not isinstance(got, np.ndarray):
         return "the logits have the wrong form (float arrays expected)"
-    return first_difference(twin["result"], got, TOL_LOGITS)
+    return first_difference(twin["result"], got, TOL_LOGITS, twin=True)

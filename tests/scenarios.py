@@ -490,6 +490,94 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
 
 
 # ------------------------------------------------------------------------------ Part 3 scenario
+ONE_BLOCK = "read seq.pool.k[layer, b] one block at a time (assignment.md, Part 3)"
+REFUSALS = {    # why Part 3's storage refused an access: the test names the rule from the code alone
+    "many_blocks": f"blockwise_attention read many blocks in one index: {ONE_BLOCK}",
+    "whole": f"blockwise_attention took the whole pool.k or pool.v as one array (np.asarray, np.array): {ONE_BLOCK}",
+    "iterate": f"blockwise_attention iterated over every block of pool.k or pool.v at once: {ONE_BLOCK}",
+}
+
+
+class NotOneBlock(IndexError):
+    """Part 3's storage refused to serve more than one block in one index."""
+
+
+def _one_integer(x):
+    """x as an int when it is one integer (Python, numpy, or a 0-d integer array), else None."""
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
+        return int(x)
+    return None
+
+
+def _one_block(x, n_blocks):
+    """The index of one block: an integer, or a slice of exactly one block (b:b+1, kept as a slice so
+    the result keeps its block axis); None for anything else."""
+    if isinstance(x, slice):
+        return x if len(range(*x.indices(n_blocks))) == 1 else None
+    return _one_integer(x)
+
+
+def _served(x):
+    """What an index of one block returns: a copy, so no view leads back to the whole storage."""
+    return x.copy() if isinstance(x, np.ndarray) else x
+
+
+class OneBlockAtATime:
+    """pool.k or pool.v as Part 3's tests hand them over: [n_layers, n_blocks, B, H, Dh] storage that
+    serves one block per index, as a copy: k[layer, b], k[layer, b, :n], k[layer, b, i], k[layer][b],
+    k[layer][b, :n], with b any integer (or a slice b:b+1), and .shape, .ndim, .dtype, .size, len().
+    Many blocks in one index (a list, array or longer slice of them, Ellipsis or None), the whole array
+    (np.asarray, np.array) and iteration over the blocks are refused: NotOneBlock is raised and its
+    reason recorded in `refused` (one of REFUSALS), so the test names the rule even if the code
+    catches the error."""
+
+    def __init__(self, data, refused, layer=None):
+        self._data, self._refused, self._layer = data, refused, layer
+
+    def _whole(self):
+        return self._data if self._layer is None else self._data[self._layer]
+
+    shape = property(lambda self: self._whole().shape)
+    ndim = property(lambda self: self._whole().ndim)
+    dtype = property(lambda self: self._data.dtype)
+    size = property(lambda self: self._whole().size)
+
+    def __len__(self):
+        return len(self._whole())
+
+    def __getitem__(self, index):
+        index = index if isinstance(index, tuple) else (index,)
+        if self._layer is not None:                         # k[layer][b, ...]
+            block = _one_block(index[0], self._data.shape[1]) if index else None
+            if block is None:
+                self._refuse("many_blocks")
+            return _served(self._data[(self._layer, block) + index[1:]])
+        layer = _one_integer(index[0]) if index else None
+        if len(index) == 1 and layer is not None:           # k[layer]: serves its blocks one at a time
+            return OneBlockAtATime(self._data, self._refused, layer)
+        block = _one_block(index[1], self._data.shape[1]) if len(index) > 1 else None
+        if block is None or (layer is None and not isinstance(index[0], slice)):
+            self._refuse("many_blocks")
+        return _served(self._data[(index[0], block) + index[2:]])
+
+    def __array__(self, *args, **kwargs):
+        self._refuse("whole")
+
+    def __iter__(self):
+        self._refuse("iterate")
+
+    def _refuse(self, reason):
+        self._refused.append(reason)
+        raise NotOneBlock(REFUSALS[reason])
+
+    def __repr__(self):
+        return f"<pool storage of shape {self.shape}, served one block per index>"
+
+
 def blockwise_inputs(cfg, n_blocks, block_size, seed, case):
     """The storage and query of a blockwise case: random in every block, layer and slot, so reading
     a stale slot, a wrong layer or a wrong block changes the answer."""
@@ -503,18 +591,29 @@ def blockwise_inputs(cfg, n_blocks, block_size, seed, case):
     return pool, q
 
 
+def served_one_block_at_a_time(pool, refused):
+    """The object blockwise_attention gets as seq.pool: the contract's four attributes, with pool.k and
+    pool.v that serve one block per index (OneBlockAtATime), so the part's rule is enforced."""
+    return types.SimpleNamespace(k=OneBlockAtATime(pool.k, refused), v=OneBlockAtATime(pool.v, refused),
+                                 block_size=pool.block_size, cfg=pool.cfg)
+
+
 def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
     """blockwise_attention on sequences the scenario builds itself from the contract's layout, so a
     broken allocator or paged_step cannot spoil this part. cases: {"table", "length", "layer", "q_seed"}
     and optionally "q_scale" (the query is multiplied by it).
-    The object passed has only the attributes the contract lists: no methods at all."""
+    The object passed has only the attributes the contract lists, no methods, and storage that
+    serves one block per index: "refused" is the first reason it refused an access (REFUSALS), or None."""
     cfg = config(cfg)
     out = []
     for case in cases:
         pool, q = blockwise_inputs(cfg, n_blocks, block_size, seed, case)
-        seq = types.SimpleNamespace(pool=pool, blocks=list(case["table"]), length=case["length"])
+        refused = []
+        seq = types.SimpleNamespace(pool=served_one_block_at_a_time(pool, refused), blocks=list(case["table"]),
+                                    length=case["length"])
         result, error = attempt(pk.blockwise_attention, q, seq, case["layer"])
-        out.append({"out": None if error else as_array(result), "error": error})
+        out.append({"out": None if error else as_array(result), "error": error,
+                    "refused": refused[0] if refused else None})
     return out
 
 

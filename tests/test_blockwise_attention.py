@@ -1,8 +1,9 @@
 """Part 3: blockwise attention (the vLLM paper's eq. 4).
 
 blockwise_attention gets a plain object with only pool.k, pool.v, pool.block_size, pool.cfg, blocks
-and length, over storage that is random in every block, layer and slot. The expected answer is the
-lab's attention_core on K and V gathered from that storage through the table."""
+and length, over storage that is random in every block, layer and slot and serves one block per
+index (scenarios.OneBlockAtATime: pool.k[layer, b] works, pool.k[layer, blocks] is refused). The
+expected answer is the lab's attention_core on K and V gathered from that storage through the table."""
 import math
 
 import numpy as np
@@ -36,6 +37,8 @@ def check(pk, cases, cfg=None, n_blocks=8, block_size=4, seed=0):
     for case, got in zip(cases, results):
         what = (f"blockwise_attention with block size {block_size}, table {list(case['table'])}, "
                 f"length {case['length']}, layer {case['layer']}")
+        if got["refused"] is not None:
+            fail(f"{what}: {sc.REFUSALS[got['refused']]}", SECTION)
         if got["error"] is not None:
             fail(f"{what}: raised {got['error']['kind']}: {got['error']['message']}\n  It gets a plain object "
                  "with only pool.k, pool.v, pool.block_size, pool.cfg, blocks and length: no methods.", SECTION)

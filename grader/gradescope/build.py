@@ -1,9 +1,14 @@
-"""python -m grader.gradescope.build ZIP: the autograder archive Gradescope unpacks into
-/autograder/source (setup.sh and run_autograder at its top, as Gradescope requires)."""
+"""python -m grader.gradescope.build ZIP [--feedback LEVEL]: the autograder archive Gradescope unpacks
+into /autograder/source (setup.sh and run_autograder at its top, as Gradescope requires), with
+config.json holding the staff's settings: how much the hidden feedback explains (grader/feedback.py),
+which run_autograder passes to the grader."""
+import argparse
+import json
 import sys
 import zipfile
 from pathlib import Path
 
+from grader import feedback
 from grader.paths import GRADER, REPO
 
 CONTENTS = ["requirements.txt", "lab", "solution", "tests/scenarios.py", "tests/explain.py", "tests/rules.py", "grader"]
@@ -20,7 +25,9 @@ def files():
                 yield f, rel
 
 
-def build(target):
+def build(target, level=feedback.DEFAULT):
+    if level not in feedback.LEVELS:
+        raise ValueError(f"feedback level {level!r}: one of {', '.join(feedback.LEVELS)}")
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
@@ -30,9 +37,23 @@ def build(target):
             z.writestr(info, (GRADER / "gradescope" / script).read_bytes())
         for f, rel in files():
             z.write(f, rel)
+        z.writestr(CONFIG, json.dumps({"feedback": level}, indent=1) + "\n")
     return target
 
 
+CONFIG = "config.json"      # run_autograder: python -m grader ... --config /autograder/source/config.json
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m grader.gradescope.build", description=__doc__.splitlines()[0])
+    ap.add_argument("zip", nargs="?", default="build/autograder.zip")
+    ap.add_argument("--feedback", default=feedback.DEFAULT, choices=feedback.LEVELS,
+                    help="how much a failing hidden check explains to students (default: full)")
+    args = ap.parse_args(argv)
+    out = build(args.zip, args.feedback)
+    print(f"wrote {out} (feedback: {args.feedback})")
+    return 0
+
+
 if __name__ == "__main__":
-    out = build(sys.argv[1] if len(sys.argv) > 1 else "build/autograder.zip")
-    print(f"wrote {out}")
+    sys.exit(main())

@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 import scenarios
+from explain import hidden_feedback
+
 from grader import rubric
-from grader.hidden.compare import first_mismatch
+from grader.hidden.compare import first_mismatch, ranges_for
 from grader.sandbox import DEFAULT_DEADLINE, Reply, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
@@ -150,9 +152,18 @@ class Grading:
         return self.expected[check_id][i], data[i]
 
     def message(self, check_id, i):
-        """The judge's message for case i (None: it passed); a missing answer fails the case."""
+        """The judge's message for case i (None: it passed); a missing answer fails the case. The
+        submission's values in it are validated and marked (explain.hidden_feedback); grader/feedback.py
+        decides how many a student sees."""
         expected, got = self.answer(check_id, i)
-        return self.judges[check_id](self.plans[check_id][i], expected, got, Deps(self, check_id))
+        case = self.plans[check_id][i]
+        with hidden_feedback(ranges_for(case)):
+            try:
+                return self.judges[check_id](case, expected, got, Deps(self, check_id))
+            except AssertionError:      # the grader's own invariants (Deps): its bug, said as such
+                raise
+            except Exception:           # noqa: BLE001  (an answer of a form no judge foresaw; never its text)
+                return "  the answer has a form this check cannot judge (was the scenario code tampered with?)"
 
     def passed(self, check_id):
         """Whether every case of a check passes (judged once, cached). A check that is being judged
@@ -192,6 +203,8 @@ def _no_answer(reply, part_no):
             "raised": "raised an exception the contract does not allow here",
             "bad_reply": "sent back something that is not a valid answer",
             "import_error": "could not be imported"}.get(reply.status, reply.status)
+    if reply.status == "import_error":      # the probe already said why; here it could carry chosen line numbers
+        return f"your code {what} in this call"
     return f"your code {what}: {reply.error}" if reply.error else f"your code {what}"
 
 

@@ -8,10 +8,11 @@ renaming; Part 4 sharing, judged on the tables and refcounts the submission's ow
 K/V the test put in storage itself. A comparison that another part owns is left out only while that
 part fails its own check (`deps.ok`), so a bug is charged once.
 """
-from explain import describe_action, describe_prefix_actions, draw_tables
+from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
 from rules import (copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view, part5_view,
                    pool_difference, pool_view, pool_view_violation, sampling_violation, savings, sharing_violation,
                    short_of, twin_difference)
+from scenarios import REFUSALS
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
 
@@ -64,8 +65,8 @@ def _pool_message(i, why, got, n):
     difference names a handle."""
     rec, b = got[i], got[i]["block"]
     named = len(rec["op"]) > 1 and not (isinstance(rec["op"][1], list) and rec["op"][1][0] == "id")
-    lines = [f"  after action {i + 1} of {len(got)}, {describe_action(rec['op'])}"
-             f"{f' (your block {b})' if named and type(b) is int and 0 <= b < n else ''}:", f"    {why}"]
+    yours = f" (your block {their(b, 'id')})" if named else ""
+    lines = [f"  after action {i + 1} of {len(got)}, {describe_action(rec['op'])}{yours}:", f"    {why}"]
     if named or "#" in why:
         lines.append(f"    (#k is the block the k-th alloc or copy_block that succeeded returned; yours: "
                      f"{handle_ids(got[:i + 1], n)})")
@@ -143,7 +144,7 @@ def _part2_message(n, of, rec, found, raw, block_size, contract):
         lines.append(f"    ({what[field.split('[')[0]]})")
     if field.startswith(("tables", "lengths", "kv")):
         lines.append(draw_tables("expected", rec["tables"], rec["lengths"], block_size))
-        lines.append(draw_tables("got", raw["tables"], raw["lengths"], block_size))
+        lines.append(draw_tables("got", raw["tables"], raw["lengths"], block_size, theirs=True))
     short = short_of(raw, block_size)
     if short:
         lines.append(f"    ({short})")
@@ -161,6 +162,8 @@ def sharing_judge(case, expected, got, deps):
     if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
                                                                              "refcounts", "kv"}):
         return _wrong_form()
+    if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
+        return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, deps)
     note = copy_note(got.get("copy_probe"))
     return f"{message}\n  {note}" if message and note else message
@@ -189,26 +192,27 @@ def _sharing_message(case, expected, got, deps):
             return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the outcome: "
                     f"{_kind(g['error'])} with sharing, {_kind(t['error'])} without")
         if g["op"][0] == "step" and g["error"] is None:
-            found = first_mismatch(t["result"], g["result"], path="logits")
+            found = first_mismatch(t["result"], g["result"], path="logits", twin=True)
             if found:
                 return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the logits "
                         f"(vs the same script where every fork is a new sequence that prefills its parent's tokens):"
                         f" {found[0]}: {found[1]}")
-    return _kv_against(twin, records, "K/V without sharing")
+    return _kv_against(twin, records, "K/V without sharing", twin=True)
 
 
 def _kind(error):
-    return "no error" if error is None else error.get("kind", "an error")
+    """An error's kind as feedback may say it: a word of explain.SAFE_WORDS, validated like any value."""
+    return "no error" if error is None else their(error.get("kind"), "kind") if isinstance(error, dict) else "an error"
 
 
-def _kv_against(expected_records, records, what):
+def _kv_against(expected_records, records, what, twin=False):
     for i, (e, g) in enumerate(zip(expected_records, records), 1):
         if not isinstance(g["kv"], list) or len(g["kv"]) != len(e["kv"]):
             return _wrong_form("K/V record")
         for s, (ekv, gkv) in enumerate(zip(e["kv"], g["kv"])):
             if not isinstance(gkv, dict) or not (set(gkv) in ({"short"}, {"k", "v"})):
                 return _wrong_form("K/V record")
-            why = kv_difference(ekv, gkv)
+            why = kv_difference(ekv, gkv, twin=twin)
             if why:
                 return (f"  after action {i} of {len(records)}, {describe_action(g['op'])}: seq {s}'s K/V read from "
                         f"pool storage through its table differ from the {what}: {why}")
@@ -224,13 +228,15 @@ def _steps_ok(got):
 
 
 def _savings_line(expected, got):
-    return f"blocks saved by sharing: {savings(got['steps']):.1%} (the reference: {savings(expected['steps']):.1%})"
+    return (f"blocks saved by sharing: {their(savings(got['steps']), 'share', '.1%')} (the reference: "
+            f"{ours(savings(expected['steps']), '.1%')})")
 
 
 def _savings_off(expected, got):
     e, g = savings(expected["steps"]), savings(got["steps"])
     if abs(e - g) > SAVINGS_RANGE:
-        return f"  {_savings_line(expected, got)}: outside {e - SAVINGS_RANGE:.1%}..{e + SAVINGS_RANGE:.1%}"
+        return (f"  {_savings_line(expected, got)}: outside {ours(e - SAVINGS_RANGE, '.1%')}.."
+                f"{ours(e + SAVINGS_RANGE, '.1%')}")
     return None
 
 
@@ -266,7 +272,8 @@ def sampling_judge(case, expected, got, deps):
     if deps.ok("paged_step.tables"):
         peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
         if peak_e != peak_g:
-            return f"  peak blocks in use: expected {peak_e}, got {peak_g}\n  ({_savings_line(expected, got)})"
+            return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
+                    f"  ({_savings_line(expected, got)})")
         return _savings_off(expected, got)
     return None
 
@@ -286,7 +293,8 @@ def beam_judge(case, expected, got, deps):
     for t, s in enumerate(got["steps"]):
         alone = sum(len(table) for table in s["tables"])
         if s["in_use"] > alone:
-            return f"  after step {t}, {s['in_use']} blocks in use, more than the {alone} the beams would hold alone"
+            return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
+                    f"{their(alone, 'count')} the beams would hold alone")
     if not (_logits_ok(deps) and deps.ok("paged_step.tables")):
         return None
     if got.get("tokens") != expected["tokens"]:
@@ -299,14 +307,22 @@ def beam_judge(case, expected, got, deps):
 
 # ------------------------------------------------------------------------------------------ Part 3
 def attention_judge(case, expected, got, deps=None):
-    """blockwise cases: each query's output to 1e-12."""
+    """blockwise cases: the storage refused no access (Part 3's rule: one block per index), and each
+    query's output to 1e-12. A refusal is said in the trusted side's words, chosen by its code."""
     if not isinstance(got, list) or len(got) != len(expected):
         return "  the answer has the wrong form"
     for n, (e, g, c) in enumerate(zip(expected, got, case.inputs["cases"]), 1):
+        blocks = len(c["table"])
+        where = (f"  query {n} of {len(expected)} (length {c['length']}, {blocks} block{'s' * (blocks != 1)} of "
+                 f"{case.inputs['block_size']}, layer {c['layer']})")
+        if not isinstance(g, dict) or set(g) != set(e):
+            return _wrong_form()
+        if g["refused"] is not None:
+            return f"{where}: {REFUSALS[g['refused']]}" if isinstance(g["refused"], str) and g["refused"] in REFUSALS \
+                else _wrong_form()
         found = first_mismatch(e, g, tol=ATTENTION_TOL, path="")
         if found:
-            return (f"  query {n} of {len(expected)} (length {c['length']}, {len(c['table'])} blocks of "
-                    f"{case.inputs['block_size']}, layer {c['layer']}): {found[0].lstrip('.') or 'output'}: {found[1]}")
+            return f"{where}: {found[0].lstrip('.') or 'output'}: {found[1]}"
     return None
 
 
@@ -344,13 +360,19 @@ def _prefix_ok(expected, got):
     return True
 
 
-def _show_named(value):
-    """A value of rules.part5_view (names the judge made from ints, ints, None, True/False)."""
+def _show_named(value, theirs=True):
+    """A value of rules.part5_view (names the judge made from ints, ints, None, True/False): the
+    submission's (theirs) validated like any of its values, the reference's as they are."""
     if isinstance(value, dict):
-        return "hits " + _show_named(value.get("hits")) + f", {value.get('rows')} rows of logits"
+        rows = their(value.get("rows"), "length") if theirs else ours(value.get("rows"))
+        return "hits " + _show_named(value.get("hits"), theirs) + f", {rows} rows of logits"
     if isinstance(value, list):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return _show(value) if isinstance(value, str) else repr(value)
+        if theirs:
+            return their_list(value, item=_show_named)
+        return "[" + ", ".join(_show_named(v, False) for v in value) + "]"
+    if not theirs:
+        return ours(value if isinstance(value, str) else repr(value))
+    return their(value, "name") if isinstance(value, str) else _show(value)
 
 
 _PART5_WHAT = {
@@ -382,11 +404,13 @@ def prefix_judge(fields, twin=False):
             where = f"  after action {n + 1} of {n_all}, {said[n]}:"
             if "cached" in fields and g["bad_references"]:
                 b, r = g["bad_references"][0]
-                return (f"{where}\n    block {b}'s refcount minus the tables and the test holding it is {r}: the "
+                return (f"{where}\n    block {their(b, 'id')}'s refcount minus the tables and the test holding it is "
+                        f"{their(r, 'count')}: the "
                         "cache must hold exactly one reference on a block it caches (pool.incref once), none on others")
             for f in fields:
                 if f in e and e[f] != g.get(f):
-                    return f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f])}, got {_show_named(g.get(f))}"
+                    return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
+                            f"{_show_named(g.get(f))}")
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got, n)

@@ -17,9 +17,10 @@ after 60 s. Network attempts only connect (never send) to the runner's canary po
 to one public address. Every file an attack leaves contains TOKEN, every process it leaves is named
 "sth-..." (/proc/PID/comm), so the runner can find, report and remove them.
 """
+import inspect
 from dataclasses import dataclass
 
-from grader.selftest import mutants
+from grader.selftest import leaks, mutants
 
 TOKEN = "SELFTEST-" + "HOSTILE"   # spelled in two pieces: this file must not carry the token it looks for
 CANARY_PORT = 47391          # the runner listens here (or passes another port to build())
@@ -1257,6 +1258,138 @@ def _sth_plain(params, cfg, seq, prompt, cache):
     return logits
 '''
 
+# ------------------------------------------------------------------ Part 3's rule, dodged (feedback helper)
+_GATHER_ANY_WAY = r"""
+# blockwise_attention tries every way to the whole K/V the test's storage might let through (one fancy
+# index, a slice, Ellipsis, np.asarray, iteration, the .base of a block it served), swallows each refusal,
+# then answers with the reference's own per-block code: right numbers, the rule broken all the same.
+import numpy as _np
+_sth_blockwise = blockwise_attention
+
+
+def blockwise_attention(q, seq, layer):
+    k, n = seq.pool.k, -(-seq.length // seq.pool.block_size)
+    for grab in (lambda: k[layer, list(seq.blocks[:n])], lambda: k[layer, _np.array(seq.blocks[:n])],
+                 lambda: k[layer, :], lambda: k[layer, ...], lambda: _np.asarray(k), lambda: list(k[layer]),
+                 lambda: k[layer, seq.blocks[0]].base):
+        try:
+            grab()
+        except Exception:
+            pass
+    return _sth_blockwise(q, seq, layer)
+"""
+
+# ------------------------------------------------------------------ feedback as a channel (feedback helper)
+# A sacrificial submission reads the hidden inputs (the same for every submission of a student) back
+# through the feedback: every scenario's result carries the call's own tokens in the fields the judges
+# print. grader/selftest/leaks.py decodes each from results.json and counts what came out; the attack finds
+# the tokens with leaks.case_tokens's own source, so what it hides is what the count looks for.
+_LEAK_PRELUDE = r"""
+import sys as _s
+import numpy as _np
+_sth_sc = _s.modules.get("scenarios")
+
+""" + inspect.getsource(leaks.case_tokens).replace("case_tokens(", "_sth_tokens(") + r"""
+
+def _sth_each_dict(x, fn):
+    if isinstance(x, dict):
+        fn(x)
+        for v in list(x.values()):
+            _sth_each_dict(v, fn)
+    elif isinstance(x, list):
+        for v in x:
+            _sth_each_dict(v, fn)
+
+
+def _sth_leaking(inject):
+    # every scenario (but batch) returns its honest result with the call's tokens injected
+    if _sth_sc is None:
+        return
+    for _name, _fn in list(_sth_sc.SCENARIOS.items()):
+        if _name == "batch":
+            continue
+        def _leaky(pk, _fn=_fn, **kw):
+            out = _fn(pk, **kw)
+            toks = _sth_tokens(kw)
+            if toks:
+                _sth_each_dict(out, lambda d: inject(d, toks))
+            return out
+        _sth_sc.SCENARIOS[_name] = _leaky
+"""
+
+_LEAK_IDS = _LEAK_PRELUDE + r"""
+def _sth_inject(d, toks):
+    if isinstance(d.get("tables"), list) and d["tables"]:
+        d["tables"] = [list(toks)] + d["tables"][1:]
+    if isinstance(d.get("hits"), list):
+        d["hits"] = list(toks)
+    if isinstance(d.get("order"), list):
+        d["order"] = list(toks)
+
+
+_sth_leaking(_sth_inject)
+"""
+
+_LEAK_COUNTS = _LEAK_PRELUDE + r"""
+def _sth_pack(toks):
+    # 7 tokens in one int64, as n_hit_tokens = 4577378705285645323 once carried them
+    return sum(int(t) << (8 * i) for i, t in enumerate(toks[:7]))
+
+
+def _sth_inject(d, toks):
+    packed = [_sth_pack(toks[i:i + 7]) for i in range(0, len(toks), 7)]
+    for i, key in enumerate(("n_hit_tokens", "n_cached", "n_used", "n_free", "peak_used", "n_copies", "in_use",
+                             "in_use_after", "rows")):
+        if type(d.get(key)) is int:
+            d[key] = packed[i % len(packed)] if key in ("n_hit_tokens", "in_use_after") else toks[i % len(toks)]
+    if isinstance(d.get("refcounts"), list):
+        d["refcounts"] = list(toks)
+    if type(d.get("result")) is int:
+        d["result"] = packed[0]
+
+
+_sth_leaking(_sth_inject)
+"""
+
+_LEAK_LENGTHS = _LEAK_PRELUDE + r"""
+def _sth_inject(d, toks):
+    if isinstance(d.get("lengths"), list) and d["lengths"]:
+        d["lengths"] = list(toks)
+        if isinstance(d.get("tables"), list):
+            d["tables"] = d["tables"] + [[] for _ in range(len(toks) - len(d["tables"]))]
+
+
+_sth_leaking(_sth_inject)
+"""
+
+_LEAK_FLOATS = _LEAK_PRELUDE + r"""
+_STH_AT = [0]
+
+
+def _sth_float_in(a, toks):
+    # the first difference at [0, t0] of a logits array, its value t1..t4 packed (t1 + 256 t2 + ...):
+    # five tokens per message, the next five in the next array
+    if a.ndim != 2 or a.shape[1] < 256 or len(toks) < 5:
+        return a
+    at = _STH_AT[0] % (len(toks) - 4)
+    _STH_AT[0] += 5
+    t = toks[at:at + 5]
+    a = a.copy()
+    a[0, t[0]] = float(t[1] + 256 * t[2] + 65536 * t[3] + 16777216 * t[4])
+    return a
+
+
+def _sth_inject(d, toks):
+    for k, v in list(d.items()):
+        if isinstance(v, _np.ndarray) and v.dtype == _np.float64:
+            d[k] = _sth_float_in(v, toks)
+        elif isinstance(v, list) and v and all(isinstance(a, _np.ndarray) for a in v):
+            d[k] = [_sth_float_in(a, toks) for a in v]
+
+
+_sth_leaking(_sth_inject)
+"""
+
 H = Hostile
 HOSTILES = [
     # ---------------------------------------------------------------------- forging the verdict
@@ -1341,6 +1474,21 @@ HOSTILES = [
     H("other_requests_blocks", "cached_prefill reuses the blocks of whichever live request shares the longest "
       "prefix, partly filled ones included, without the cache's keys, cap or reference: it may not earn the hits "
       "and logits checks", "solution", _OTHER_REQUESTS, "bottom", caps=(("prefix_cache", 6.0),)),
+    # ---------------------------------------- Part 3's rule and feedback as a channel (feedback helper)
+    H("part3_gathers_any_way", "blockwise_attention tries to gather the whole K/V every way the tests' storage might "
+      "allow (fancy index, slice, Ellipsis, np.asarray, iteration, a served block's .base), swallows the refusals, "
+      "then answers right block by block: it may earn nothing of Part 3 but its length-0 check", "solution",
+      _GATHER_ANY_WAY, "bottom", caps=(("blockwise_attention", 1.0),)),
+    H("leak_tokens_as_ids", "every scenario result carries the call's hidden tokens as block ids (tables, hits, "
+      "the allocation order), to read them back from the feedback's drawings and lists (leaks.py measures it)",
+      "solution", _LEAK_IDS, "bottom"),
+    H("leak_tokens_as_counts", "hidden tokens as counts: n_used, n_free, n_copies, refcounts, rows one token "
+      "each, n_hit_tokens and a call's int result 7 tokens packed in an int64 (leaks.py measures it)",
+      "solution", _LEAK_COUNTS, "bottom"),
+    H("leak_tokens_as_lengths", "hidden tokens as sequence lengths, one sequence per token (leaks.py measures it)",
+      "solution", _LEAK_LENGTHS, "bottom"),
+    H("leak_tokens_in_floats", "hidden tokens in the logits: the first difference at [0, t0], its value four more "
+      "packed in a float's digits (leaks.py measures it)", "solution", _LEAK_FLOATS, "bottom"),
 ]
 
 BY_NAME = {h.name: h for h in HOSTILES}

@@ -433,6 +433,16 @@ MUTANTS = [
       "60 give NaN (contract: equal to attention_core).",
       (("    top = np.max([s.max(axis=-1) for s in scores], axis=0)[:, None]",
         "    top = np.max([s.max() for s in scores])"),), "b_equiv"),
+    M("bw_gathers_all_blocks", "blockwise_attention",
+      "Gathers the whole K and V with one fancy index (seq.pool.k[layer, seq.blocks[:n]]) and calls "
+      "attention_core: right numbers, but the contract forbids building the whole [length, H, Dh] K or V. "
+      "Verified: the tests' storage, which serves one block per index, refuses it (NotOneBlock).",
+      (("    scores, values = [], []\n",
+        "    n = -(-L // B)\n"
+        "    K = seq.pool.k[layer, seq.blocks[:n]].reshape(-1, *q.shape)[:L]\n"
+        "    V = seq.pool.v[layer, seq.blocks[:n]].reshape(-1, *q.shape)[:L]\n"
+        "    return attention_core(q[None, None], K, V, L - 1)[0, 0]\n"
+        "    scores, values = [], []\n"),), "b_equiv"),
     M("bw_uses_read", "blockwise_attention",
       "Gathers K/V with seq.read and calls attention_core (forbidden: the contract lets the tests pass an "
       "object with only the listed attributes). Verified: a plain attribute object raises AttributeError.",

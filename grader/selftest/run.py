@@ -15,7 +15,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
     lab/, tests/ (hashed before and after; nothing new may appear, the canaries must survive), leaves
     every results.json untouched (compared 12 s after the last grading, when every detached process
-    could have acted), leaks no line of the reference or the hidden suites into results.json, leaves
+    could have acted), leaks no line of the reference or the hidden suites into results.json (and the
+    leak_* ones read back no more hidden tokens than feedback.PART_BITS per part allows), leaves
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
   * grading the reference and two mutants twice gives identical results apart from execution_time;
@@ -48,8 +49,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
-from grader import rubric  # noqa: E402
-from grader.selftest import cascade  # noqa: E402
+from grader import feedback, rubric  # noqa: E402
+from grader.selftest import cascade, leaks  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
@@ -497,6 +498,7 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
             now = None
         if kept.get(s.key) and now != kept[s.key]:
             failures.append(f"results of {s.key} changed after grading: now {(now or b'(gone)')[:160]!r}")
+    failures += read_back(hostile, notes)
     # leaks into feedback
     lines = leak_lines()
     for s in hostile:
@@ -523,6 +525,21 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
                 pass
     if canary.hits:
         failures.append(f"hostile submissions reached the canary port {canary.port}: {canary.hits[:5]}")
+
+
+def read_back(hostile, notes):
+    """Hidden inputs read back through the feedback by the leak_* submissions (leaks.py): failures when
+    one reads back more than the values a student may see (feedback.PART_BITS per part); the counts
+    go to the notes."""
+    failures = []
+    for s in hostile:
+        if s.name.startswith("leak_") and s.data is not None:
+            got = leaks.leaked(s.data, seed=0)
+            notes.append(f"{s.name} reads back {got['tokens']} hidden tokens (longest run {got['longest']})")
+            if got["tokens"] * 8 > len(PARTS) * feedback.PART_BITS:
+                failures.append(f"hostile {s.name} reads back {got['tokens']} hidden tokens through the feedback, "
+                                f"more than its bound ({len(PARTS)} parts x {feedback.PART_BITS} bits)")
+    return failures
 
 
 def variant_full(s):

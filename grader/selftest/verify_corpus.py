@@ -39,7 +39,10 @@ if LAB not in sys.path:
     sys.path.insert(0, LAB)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+if os.path.join(REPO, "tests") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "tests"))     # scenarios: Part 3's storage, as the tests hand it over
 
+import scenarios  # noqa: E402
 import transformer_lab as tl  # noqa: E402
 
 from grader.selftest import mutants as mutants_mod  # noqa: E402
@@ -561,11 +564,15 @@ def p_write_read(pk, ref):
 
 # ================================================================== Part 3: blockwise attention
 def _fake_seq(cfg, n_blocks, B, table, L, seed):
+    """A sequence as Part 3's tests hand it over: storage that serves one block per index
+    (scenarios.OneBlockAtATime); `raw` holds the plain arrays for the expected answer."""
     rng = np.random.default_rng(seed)
     shape = (cfg.n_layers, n_blocks, B, cfg.n_heads, cfg.d_head)
-    pool = types.SimpleNamespace(k=rng.standard_normal(shape) * 2.0, v=rng.standard_normal(shape),
-                                 block_size=B, cfg=cfg)
-    return types.SimpleNamespace(pool=pool, blocks=list(table), length=L)
+    raw = types.SimpleNamespace(k=rng.standard_normal(shape) * 2.0, v=rng.standard_normal(shape),
+                                block_size=B, cfg=cfg)
+    refused = []
+    return types.SimpleNamespace(pool=scenarios.served_one_block_at_a_time(raw, refused), blocks=list(table),
+                                 length=L, raw=raw)
 
 
 @register("blockwise_attention")
@@ -586,7 +593,7 @@ def b_equiv(pk, ref):
                 blocks = np.array(table)[pos // B]
                 for layer in range(cfg.n_layers):
                     q = rng.standard_normal((cfg.n_heads, cfg.d_head))
-                    K, V = seq.pool.k[layer, blocks, pos % B], seq.pool.v[layer, blocks, pos % B]
+                    K, V = seq.raw.k[layer, blocks, pos % B], seq.raw.v[layer, blocks, pos % B]
                     want = tl.attention_core(q[None, None], K, V, L - 1)[0, 0]
                     try:
                         got = pk.blockwise_attention(q, seq, layer)
@@ -595,8 +602,8 @@ def b_equiv(pk, ref):
                     close(got, want, 1e-12, f"d_head {cfg.d_head}, B={B}, length {L}, table {table}, layer {layer}")
     seq = _fake_seq(TINY, 4, 4, [1, 0, 2], 10, seed=3)          # large scores: each head needs its own maximum
     q = np.random.default_rng(7).standard_normal((TINY.n_heads, TINY.d_head)) * 3000.0
-    K, V = seq.pool.k[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]], \
-        seq.pool.v[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]]
+    K, V = seq.raw.k[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]], \
+        seq.raw.v[0, [1, 1, 1, 1, 0, 0, 0, 0, 2, 2], [0, 1, 2, 3] * 2 + [0, 1]]
     close(pk.blockwise_attention(q, seq, 0), tl.attention_core(q[None, None], K, V, 9)[0, 0], 1e-12, "scores of ~10000")
 
 
