@@ -509,6 +509,8 @@ def _collect(fd, err_fd, worker, deadline):
         poller.register(f, select.POLLIN)
 
     def late(outcome):
+        if clock:
+            clock.ended = time.monotonic()
         return _Collected(outcome, clock is not None, buf, worker.returncode, err, clock)
     while True:
         events = poller.poll(max(0.0, min(limit - time.monotonic(), 0.05)) * 1000)
@@ -562,14 +564,16 @@ class _Clock:
         self.root, self.deadline, self.started = root, deadline, time.monotonic()
         self.looked = (spawned, 0.0)               # the last look: when, CPU and run-queue wait until then
         self.cpu = self.waited = 0.0
+        self.ended = self.started                  # when the worker answered, exited or was judged
+        self.extended = False                      # whether a look gave it more time
 
     def next_check(self, now):
         return now + max(0.25, self.deadline / 4)
 
     @property
     def extra(self):
-        """The wall time it was given past its deadline."""
-        return max(0.0, self.looked[0] - self.started - self.deadline)
+        """The wall time it was given past its deadline (0 when it never ran past it)."""
+        return max(0.0, self.ended - self.started - self.deadline) if self.extended else 0.0
 
     def verdict(self, now):
         """None (more time), "timeout" (the submission's) or "starved" (the machine's)."""
@@ -579,7 +583,10 @@ class _Clock:
         idle = self.cpu + self.waited - wanted_then < BUSY_WAIT * (now - then) and not runnable
         if self.cpu >= BUSY_CPU * self.deadline or idle:
             return "timeout"
-        return "starved" if now - self.started >= EXTRA_TIME * self.deadline else None
+        if now - self.started >= EXTRA_TIME * self.deadline:
+            return "starved"
+        self.extended = True
+        return None
 
     def figures(self):
         return f"{self.cpu:.1f} s of CPU, {self.waited:.1f} s waiting for one"
