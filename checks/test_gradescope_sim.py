@@ -65,3 +65,16 @@ def test_the_host_mirror_is_read_from_its_apt_sources(tmp_path, monkeypatch):
     assert "bookworm" not in rewritten
     one_line = image._sources_for((tmp_path / "sources.list").read_text(), "bullseye", False, keyring_root)
     assert one_line.startswith("# (no keyring in the image) deb [signed-by=/nokey.gpg]")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the sandbox uid locks live in a root-only folder")
+def test_uids_held_for_an_image_are_not_taken_by_this_machines_graders():
+    from grader import runtime
+    fds = image.reserve_uids(2, wait=120)
+    try:
+        claim = runtime.claim_uid(0)
+        claim.release()
+        assert claim.uid not in (runtime.UID_BASE, runtime.UID_BASE + 1)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -23,6 +23,7 @@ checks on a bare machine. Everything here needs root.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grader import runtime
 from grader.paths import REPO
 
 CACHE = Path(os.environ.get("CS349E_GSIM_CACHE") or REPO / "build" / "gsim")   # base roots + fresh ones
@@ -45,6 +47,7 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 ENTER = ("pivot", "chroot", "plain")   # how Image.run enters the root (see the module's docstring)
 PIDS = ("own", "shared")               # a pid namespace of its own, or the host's process table
+RESERVED_UIDS = 16          # sandbox uids the image's graders may use (runtime.UID_BASE on)
 
 
 class ImageError(RuntimeError):
@@ -210,13 +213,45 @@ def _remove(path: Path) -> None:
 
 # ------------------------------------------------------------------------------ a fresh root
 
-class Image:
-    """A fresh root of `suite` (plus `include` packages) under build/gsim/roots/, removed on close."""
+def reserve_uids(n: int = RESERVED_UIDS, wait: float = 900.0, log=print) -> list[int]:
+    """Hold the host's locks on the first n sandbox uids (lock fds, to close when done). The image
+    has its own lock folder; its graders take no uid a live process runs as (runtime.claim_uid), but
+    a grader older than that rule on the host (another checkout) takes any uid its own locks leave
+    and kills whatever runs as it. Held here, such graders take other uids meanwhile. Waits for each
+    lock (a host grader holds one for one grading)."""
+    locks = runtime.secure_dir(runtime.state_dir() / "locks", 0o700)
+    fds, end = [], time.monotonic() + wait
+    try:
+        for uid in range(runtime.UID_BASE, runtime.UID_BASE + n):
+            fd = os.open(locks / f"uid-{uid}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fds.append(fd)
+            said = False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > end:
+                        raise ImageError(f"sandbox uid {uid} stayed in use on this machine for {wait:.0f} s")
+                    if not said:
+                        log(f"waiting for this machine's graders to release sandbox uid {uid}")
+                        said = True
+                    time.sleep(0.2)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
-    def __init__(self, suite: str, include: tuple = (), log=print):
+
+class Image:
+    """A fresh root of `suite` (plus `include` packages) under build/gsim/roots/, removed on close.
+    hold_host_uids: hold the host's locks on RESERVED_UIDS sandbox uids while it lives (reserve_uids)."""
+
+    def __init__(self, suite: str, include: tuple = (), log=print, hold_host_uids: bool = True):
         if os.geteuid() != 0:
             raise ImageError("a fresh root needs root (debootstrap, mounts, namespaces)")
-        self.suite, self.log = suite, log
+        self.suite, self.log, self._uid_locks = suite, log, []
         self.lower, self.build_seconds = base_tree(suite, tuple(include), log)
         roots = CACHE / "roots"
         roots.mkdir(parents=True, exist_ok=True)
@@ -226,6 +261,8 @@ class Image:
                 (self.dir / d).mkdir(parents=True)
             self.root_mode = 0o755                  # as a container's root
             self._carry_host_settings()
+            if hold_host_uids:
+                self._uid_locks = reserve_uids(log=log)
         except BaseException:
             self.close()
             raise
@@ -335,6 +372,9 @@ class Image:
         return found
 
     def close(self) -> None:
+        for fd in self._uid_locks:
+            os.close(fd)
+        self._uid_locks = []
         _remove(self.dir)
 
     def __enter__(self):

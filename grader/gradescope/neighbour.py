@@ -6,7 +6,9 @@ in a chroot that shares this machine's process table (issue 14, item 5).
 The neighbour is a fresh Debian root (image.py) with the autograder set up in it as Gradescope does
 (sim.py: the zip in /autograder/source, setup.sh), entered with chroot and no pid namespace of its
 own: each side sees the other's processes, and each has its own /var/lib/cs349e-grader, so neither
-sees the other's uid locks. The neighbour runs run_autograder on the reference in a loop while this
+sees the other's uid locks (and the image holds none of the host's: image.reserve_uids is off).
+Graders of an older version running on this machine meanwhile (another checkout) still kill what
+runs as the uids they take: for a clean figure, run it where no other grader runs. The neighbour runs run_autograder on the reference in a loop while this
 machine grades the reference --gradings times with `python -m grader` (what `make grade` runs).
 Every score of both sides is printed; the exit status is 0 only when every grading on either side
 finished with full marks.
@@ -97,7 +99,8 @@ def _stop(im: image.Image, loop: subprocess.Popen, wait: float) -> None:
 
 def run(gradings: int, suite: str, zip_path: Path) -> int:
     build.build(zip_path)
-    with image.Image(suite, log=log) as im, tempfile.TemporaryDirectory(prefix="cs349e-neighbour-") as tmp:
+    with image.Image(suite, log=log, hold_host_uids=False) as im, \
+            tempfile.TemporaryDirectory(prefix="cs349e-neighbour-") as tmp:          # no help: the uid rule alone
         sim._unpack(im, zip_path)
         shared = {"enter": "chroot", "pids": "shared"}
         t = time.monotonic()
