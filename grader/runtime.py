@@ -91,7 +91,11 @@ def claim_uid(job: int = 0) -> UidClaim:
         except BlockingIOError:
             os.close(fd)
             continue
-        holder = _hold(uid)
+        try:
+            holder = _hold(uid)
+        except BaseException:
+            os.close(fd)
+            raise
         if holder is not None:
             return UidClaim(uid, fd, holder)
         os.close(fd)
@@ -112,15 +116,20 @@ def _hold(uid: int) -> subprocess.Popen | None:
     prlimit = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin") or "prlimit"
     holder = subprocess.Popen([prlimit, "--nproc=0", "--", *drop_privileges_argv(uid, pdeathsig=False),
                                "/bin/sh", "-c", "echo held; read _"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env={"PATH": "/usr/bin:/bin"})
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env={"PATH": "/usr/bin:/bin"})
     ready, _, _ = select.select([holder.stdout], [], [], 60.0)
     if ready and holder.stdout.readline() == _HELD:
         alone = subprocess.run([prlimit, "--nproc=1", "--", *drop_privileges_argv(uid), "/bin/true"],
                                stdin=subprocess.DEVNULL, capture_output=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
         if alone.returncode == 0:
             holder.stdout.close()
+            holder.stderr.close()
             return holder
     _stop_holder(holder)
+    said = holder.stderr.read().decode("utf-8", "replace").strip() if ready else "no answer in 60 s"
+    holder.stderr.close()
+    if said and "Resource temporarily unavailable" not in said:        # not "in use": it cannot work at all
+        raise RuntimeError(f"cannot run a process as sandbox uid {uid} (`setpriv --reuid={uid} /bin/sh`): {said}")
     return None
 
 
