@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from outside import Killer, asleep
 
 from grader import rubric
 
@@ -23,11 +24,19 @@ REFERENCE = REPO / "solution" / "paged_kv.py"
 pytestmark = pytest.mark.slow
 
 
-def grade(submission, tmp_path, *extra, name="results.json"):
+def grade(submission, tmp_path, *extra, name="results.json", kill=None):
+    """(the finished process, results.json or None); kill: a outside.Killer pick for the grader's workers,
+    and then its Killer is returned third."""
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "grader", str(submission), "--results", str(out), *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    return proc, (json.loads(out.read_text()) if out.exists() else None)
+    argv = [sys.executable, "-m", "grader", str(submission), "--results", str(out), *extra]
+    if kill is None:
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        return proc, (json.loads(out.read_text()) if out.exists() else None)
+    running = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with Killer(kill, ancestor=running.pid) as killer:
+        stdout, stderr = running.communicate(timeout=600)
+    proc = subprocess.CompletedProcess(argv, running.returncode, stdout, stderr)
+    return proc, (json.loads(out.read_text()) if out.exists() else None), killer
 
 
 def parts(results):
@@ -147,6 +156,56 @@ def test_unimportable_submissions_get_0_and_say_what_to_fix(tmp_path, source, ex
     assert expected in results["output"] and "cannot be graded" in results["output"]
     assert results["output"].startswith("Not graded: paged_kv.py cannot be graded: ")
     assert "Traceback" not in results["output"] and "autograder failed" not in results["output"].lower()
+
+
+def test_workers_killed_from_outside_cost_nothing(tmp_path):
+    """A machine that kills workers (another grader's clean-up, the OOM killer, an operator): the import
+    probe's first worker and one of the hidden suites' are SIGKILLed while they run the submission's
+    module (it sleeps there, so the kill lands then: after they said "started"). Each call is made
+    again in a fresh worker: the reference keeps full marks, and only staff are told."""
+    sub = tmp_path / "sub" / "paged_kv.py"
+    sub.parent.mkdir()
+    sub.write_text(REFERENCE.read_text() + "\nimport time as _t\n_t.sleep(0.4)    # long enough to be caught\n")
+    proc, results, killer = grade(sub, tmp_path, kill=lambda n, pid, started: n in (1, 4) and asleep(pid))
+    assert proc.returncode == 0 and results["score"] == FULL, (proc.stderr, results and results["output"])
+    assert killer.killed == [1, 4] and killer.started == [True, True]
+    notes = results["extra_data"]["sandbox"]
+    assert sum("worker killed by signal 9 (SIGKILL), after it started" in line for line in notes) == 2, notes
+    assert notes[0].startswith("import probe: worker 1 of 2: ")
+    student = results["output"] + "".join(t["output"] for t in results["tests"])
+    assert "signal" not in student and "worker" not in student
+    assert "Sandbox (staff only):" in proc.stdout
+
+
+def test_a_grading_the_machine_spoiled_is_no_grading(tmp_path):
+    """Every worker killed before it starts: the import probe fails twice for the machine's reasons.
+    Exit 3, no results.json (an earlier one is removed), the reason on stdout (Gradescope's staff read
+    it) and stderr; never a 0 or "fix this first". A batch lists it as "grader failed", with no score,
+    and grades it when run again."""
+    (tmp_path / "results.json").write_text('{"score": 100}\n')          # from an earlier grading
+    proc, results, killer = grade(REFERENCE, tmp_path, kill=lambda n, pid, started: not started)
+    assert killer.killed == [1, 2] and proc.returncode == 3 and results is None
+    for said in (proc.stdout, proc.stderr):
+        assert "not graded: grader error, regrade this submission" in said and "died before it started" in said
+    assert "Fix this first" not in proc.stdout + proc.stderr
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(REFERENCE, subs / "alice.py")
+    book = tmp_path / "book.csv"
+    cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--jobs", "1", "--csv", str(book)]
+    batch = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with Killer(lambda n, pid, started: not started, ancestor=batch.pid):
+        out, _ = batch.communicate(timeout=600)
+    score = "total" if rubric.BONUS_PARTS else "base"
+
+    def alice():
+        return next(r for r in csv.DictReader(book.open()) if r["submission"] == "alice")
+    assert batch.returncode == 3 and alice()[score] == "" and alice()["status"].startswith("grader failed: exit 3"), out
+    assert "  alice: grader failed: exit 3" in out
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "0 already graded (same file, same grader), 1 to grade" in again.stdout
+    assert float(alice()[score]) == FULL
 
 
 def test_missing_file_and_empty_folder(tmp_path):

@@ -208,3 +208,36 @@ def test_the_command_line_check_runs_the_whole_sandbox_chain():
                           cwd=Path(runtime.__file__).resolve().parents[1], timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pid namespace" in done.stdout and "chroot" in done.stdout, done.stdout
+
+
+# ---------------------------------------------------------------------- what the grader does with it
+
+def test_a_sandbox_that_cannot_start_is_a_grader_error_not_a_grade(tmp_path, monkeypatch, capsys):
+    """`python -m grader` exits 3 with the diagnosis and writes no results (an earlier file is
+    removed): the submission is not graded, not given 0."""
+    from grader import __main__ as cli, sandbox
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("isolation cannot start: `unshare ...` failed: unshare: unshare failed: Operation not permitted")
+    monkeypatch.setattr(sandbox, "Sandbox", refuse)
+    results = tmp_path / "results.json"
+    results.write_text('{"score": 100}\n')
+    code = cli.main([str(Path(__file__).resolve().parents[1] / "solution" / "paged_kv.py"), "--results", str(results),
+                     "--seed", "0"])
+    said = capsys.readouterr()
+    assert code == 3 and not results.exists()
+    assert "the grader itself failed, not the submission: the sandbox cannot start: isolation cannot start" in said.err
+    assert "Operation not permitted" in said.out            # Gradescope shows staff the stdout
+
+
+@root_only
+def test_a_uid_that_can_run_nothing_is_named_not_taken_for_a_busy_one(tmp_path, monkeypatch):
+    """claim_uid skips a uid that a process runs as; a uid that cannot run the holder at all (here a
+    launch step that says Permission denied) stops it at once, saying why, instead of trying them all."""
+    prlimit = fake_tool(tmp_path, "prlimit", "setpriv: failed to execute /bin/sh: Permission denied", 126)
+    real_which = shutil.which
+    monkeypatch.setattr(runtime.shutil, "which", lambda name, **kw: prlimit if name == "prlimit" else real_which(name, **kw))
+    with pytest.raises(RuntimeError) as err:
+        runtime.claim_uid(5)
+    assert str(err.value).startswith("cannot run a process as sandbox uid ")       # the first free one's
+    assert "Permission denied" in str(err.value) and "in use" not in str(err.value)

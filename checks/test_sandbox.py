@@ -9,6 +9,7 @@ a marker the worker itself writes), so the assertion can fail.
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from outside import Killer, Watcher
 
 from grader import runtime, sandbox, wire
 from grader.sandbox import LIMITS, Sandbox
@@ -232,7 +234,8 @@ def test_infinite_loop_ignoring_signals_times_out(make_box, isolate):
     box = make_box(LOOP, isolate)
     reply = box.call("run", {}, deadline=1.0)
     assert reply.status == "timeout" and "1 s" in reply.error
-    assert reply.seconds < 1.0 + 2
+    assert reply.seconds < 1.0 + 4                 # the deadline runs from "started": the start-up is extra
+    assert len(reply.staff) == 1 and reply.staff[0].startswith("worker 1 of 1: timed out (")   # it burned its CPU
 
 
 def test_infinite_loop_at_import_times_out(make_box):
@@ -255,6 +258,118 @@ def test_a_segfault_is_a_crash_with_its_signal(make_box, isolate):
     box = make_box("import ctypes\ndef run():\n    ctypes.memset(16, 0, 1)\n", isolate)
     reply = box.call("run", {})
     assert (reply.status, reply.error) == ("crashed", "worker killed by signal 11 (SIGSEGV)")
+    assert [line.split(":")[0] for line in reply.staff] == ["worker 1 of 2", "worker 2 of 2"]   # it died again
+    once = box.call("run", {}, retry=False)            # for a caller that calls again itself: one worker
+    assert (once.status, once.error, len(once.staff)) == ("crashed", "worker killed by signal 11 (SIGSEGV)", 1)
+
+
+# ------------------------------------------------------------------------------------ failures not the submission's
+
+SLEEPY = '''
+import time
+def run(seconds=0.5):
+    time.sleep(seconds)
+    return "done"
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_a_worker_killed_from_outside_after_it_started_is_called_again(make_box, isolate):
+    box = make_box(SLEEPY, isolate)
+    with Killer(lambda n, pid, started: n == 1 and started) as killer:
+        reply = box.call("run", {})
+    assert killer.killed == [1] and killer.seen == 2
+    assert (reply.status, reply.data) == ("ok", "done")
+    assert reply.staff[0] == "worker 1 of 2: worker killed by signal 9 (SIGKILL), after it started"
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_a_worker_killed_before_it_started_is_called_again_and_twice_is_a_grader_error(make_box, isolate):
+    box = make_box(SLEEPY, isolate)
+    with Killer(lambda n, pid, started: n == 1 and not started) as killer:
+        once = box.call("run", {})
+    assert killer.killed == [1] and (once.status, once.data) == ("ok", "done")
+    assert once.staff[0].startswith("worker 1 of 2: died before it started (worker killed by signal 9")
+    with Killer(lambda n, pid, started: not started) as killer:
+        twice = box.call("run", {})
+    assert killer.killed == [1, 2] and twice.status == "grader_error"
+    assert twice.error.startswith("the machine failed this call, not the submission: the worker died before it started")
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_a_runtime_that_cannot_start_is_a_grader_error_with_its_stderr_for_staff(make_box, shared_dir, isolate):
+    box = make_box(SLEEPY, isolate)
+    empty = shared_dir / "no-numpy-here"
+    empty.mkdir(mode=0o755)
+    box._runtime = runtime.Runtime(python=box._runtime.python, site=str(empty))   # numpy cannot be imported
+    reply = box.call("run", {})
+    assert reply.status == "grader_error" and "died before it started" in reply.error and "numpy" not in reply.error
+    assert len(reply.staff) == 2 and all("No module named 'numpy'" in line for line in reply.staff), reply.staff
+
+
+def test_a_sleeping_hang_is_the_submissions_timeout(make_box):
+    """Waiting for no CPU is not a busy machine: blocked or asleep, the submission did not finish."""
+    reply = make_box(SLEEPY, False).call("run", {"seconds": 30}, deadline=1.0)
+    assert reply.status == "timeout" and len(reply.staff) == 1 and "timed out" in reply.staff[0]
+
+
+HOG = """
+import os, sys, time
+cpu, worker, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+os.sched_setaffinity(0, {cpu})
+os.nice(-19)
+group = f"/proc/{worker}/autogroup"        # the worker's session: a group of its own in the CPU's shares
+def share(nice):
+    try:
+        open(group, "w").write(str(nice))
+    except OSError:
+        pass
+share(19)
+end = time.monotonic() + seconds
+while time.monotonic() < end and os.path.exists(f"/proc/{worker}"):
+    sum(range(10000))
+share(0)
+"""
+BUSY = '''
+import time
+def run(cpu):
+    start = time.process_time()
+    while time.process_time() - start < cpu:
+        pass
+    return "done"
+'''
+
+
+@root_only                     # os.nice(-19) for the hog, the worker's autogroup niced
+@pytest.mark.slow
+def test_a_worker_the_machine_starves_gets_more_time_then_is_the_machines(make_box):
+    """The worker pinned to one CPU, where a hog of the highest priority starts as soon as the worker
+    says "started" (a few hundredths of that CPU are left to it); the call needs 0.5 s of CPU within
+    2 s. With the hog there for 3 s, it answers after its deadline, given more time; with the hog
+    there as long as each worker lives, it is called once more, then is a grader error."""
+    box = make_box(BUSY, False)
+    cpu, hogs = max(os.sched_getaffinity(0)), []
+
+    def hog(seconds):
+        def act(n, pid, started):
+            os.sched_setaffinity(pid, {cpu})         # the worker only: its parent, the grader, is not starved
+            if started:
+                hogs.append(subprocess.Popen([sys.executable, "-c", HOG, str(cpu), str(pid), str(seconds)]))
+            return started
+        return act
+    try:
+        with Watcher(hog(3.0)) as watch:
+            answered = box.call("run", {"cpu": 0.5}, deadline=2.0)
+        assert (answered.status, answered.data) == ("ok", "done") and watch.seen == 1, answered
+        assert answered.staff[0].startswith("worker 1 of 1: answered, given "), answered.staff
+        with Watcher(hog(60.0)) as watch:
+            starved = box.call("run", {"cpu": 0.5}, deadline=2.0)
+        assert starved.status == "grader_error" and watch.seen == 2, starved
+        assert all("no reply within 8 s while the machine was busy" in line for line in starved.staff), starved.staff
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
 
 
 RAISERS = '''
@@ -338,7 +453,7 @@ def test_fork_bomb_is_contained(make_box):
     ''', True)
     reply = box.call("run", {})
     assert reply.status == "ok" and 0 < reply.data < LIMITS["nproc"]
-    assert uid_processes(box.uid) == []
+    assert uid_processes(box.uid) == [box._holder]             # the uid's holder (runtime.claim_uid) alone
     again = box.call("echo", {"fine": True})
     assert again.status == "ok" and again.data == {"fine": True} and again.seconds < 2
 
@@ -467,7 +582,7 @@ def run(marker_dir, hang):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            time.sleep(1.0)
+            time.sleep(2.0)
             open(os.path.join(marker_dir, "grandchild-survived"), "w").close()
             os._exit(0)
         os._exit(0)
@@ -482,12 +597,12 @@ def run(marker_dir, hang):
 @pytest.mark.parametrize("hang", [False, True], ids=["returns", "hangs"])
 def test_a_detached_grandchild_is_dead_when_call_returns(make_box, shared_dir, monkeypatch, isolate, hang):
     # the uid sweep is a second line of defence: switched off, so this proves the first one
-    monkeypatch.setattr(sandbox, "_sweep_uid", lambda *a, **k: None)
+    monkeypatch.setattr(sandbox, "_sweep", lambda *a, **k: None)
     box = make_box(DETACH, isolate, share=[shared_dir])
     reply = box.call("run", {"marker_dir": str(shared_dir), "hang": hang}, deadline=1.0 if hang else 6.0)
     assert reply.status == ("timeout" if hang else "ok")
     assert (shared_dir / "worker-ran").exists()          # the folder is writable from inside
-    time.sleep(1.3)
+    time.sleep(2.3)
     assert not (shared_dir / "grandchild-survived").exists()
 
 
@@ -680,6 +795,100 @@ def test_one_uid_per_live_sandbox(make_box):
     first, second = make_box(PROBE, True, job=7), make_box(PROBE, True, job=7)   # same job number
     assert first.uid != second.uid
     assert all(sandbox.UID_BASE <= box.uid < sandbox.UID_BASE + sandbox.UID_SLOTS for box in (first, second))
+
+
+def foreign_process(uid):
+    """(its Popen, the pid running as `uid`): a process of `uid` that another grader started, in its own
+    pid namespace, under a lock folder this one cannot see (a grader in a chroot or a container)."""
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--",
+                             *runtime.drop_privileges_argv(uid), "sleep", "120"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = [p.pid for p in sandbox._procs() if p.ppid == proc.pid and sandbox._uid_of(p.pid) == uid]
+        if running:
+            return proc, running[0]
+        time.sleep(0.01)
+    proc.kill()
+    raise AssertionError(f"the foreign process of uid {uid} did not start")
+
+
+def alive(pid):
+    return pid in uid_processes(sandbox._uid_of(pid)) if sandbox._uid_of(pid) is not None else False
+
+
+@root_only
+def test_a_uid_another_graders_process_runs_as_is_not_claimed(make_box):
+    job = 321
+    foreign, pid = foreign_process(sandbox.UID_BASE + job)
+    try:
+        box = make_box(PROBE, True, job=job)
+        assert box.uid != sandbox.UID_BASE + job
+        assert box.call("echo", {"x": 1}).data == {"x": 1}
+        assert alive(pid)                                         # never killed to make room
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+@root_only
+def test_the_clean_up_never_kills_another_graders_process_of_the_same_uid(make_box):
+    """Should another grader ever run as our uid (a bug of its own), our clean-up still kills only what
+    runs in our workers' pid namespaces: after a call that had to be killed, and after close."""
+    box = make_box(LOOP, True, job=322)
+    foreign, pid = foreign_process(box.uid)
+    try:
+        reply = box.call("run", {}, deadline=1.0)
+        assert reply.status == "timeout"
+        assert alive(pid)
+        box.close()
+        assert alive(pid)
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+CLAIM = """
+import sys
+from pathlib import Path
+from grader import runtime
+runtime.STATE_DIR = Path(sys.argv[1])          # a root of its own: lock files the other cannot see
+claim = runtime.claim_uid(int(sys.argv[2]))
+print(claim.uid, flush=True)
+sys.stdin.read()
+claim.release()
+"""
+
+
+@root_only
+def test_graders_with_lock_folders_of_their_own_never_share_a_uid(tmp_path):
+    """Two graders in different roots claim the same job's uid at the same moment, five times over:
+    they always get different uids, and a grader killed outright leaves its uid free again."""
+    roots = [tmp_path / "root-a", tmp_path / "root-b"]
+    for round_ in range(5):
+        graders = [subprocess.Popen([sys.executable, "-c", CLAIM, str(r), "640"], cwd=ROOT, text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE) for r in roots]
+        try:
+            uids = [int(g.stdout.readline()) for g in graders]
+        finally:
+            for g in graders:
+                g.stdin.close()
+                g.wait()
+        assert len(set(uids)) == 2, (round_, uids)        # (both may skip a uid they raced for)
+    killed = subprocess.Popen([sys.executable, "-c", CLAIM, str(roots[0]), "641"], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert int(killed.stdout.readline()) == sandbox.UID_BASE + 641
+    killed.kill()
+    killed.wait()
+    deadline = time.monotonic() + 10
+    while uid_processes(sandbox.UID_BASE + 641) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not uid_processes(sandbox.UID_BASE + 641)             # its holder ends with it
+    for p in sandbox._procs():            # an orphan is its reaper's to reap: this process is a subreaper
+        if p.ppid == os.getpid() and p.state == "Z" and sandbox._uid_of(p.pid) == sandbox.UID_BASE + 641:
+            os.waitpid(p.pid, 0)
+    again = subprocess.run([sys.executable, "-c", CLAIM, str(roots[1]), "641"], cwd=ROOT, text=True,
+                           input="", capture_output=True, timeout=60)
+    assert int(again.stdout) == sandbox.UID_BASE + 641
 
 
 # ------------------------------------------------------------------------------------ protections

@@ -1,8 +1,13 @@
 """python -m grader SUBMISSION [--results PATH] [--seed N] | python -m grader batch DIR [options] (batch.py)
 
 SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submission), or the zip
-`make submit` writes."""
+`make submit` writes.
+
+Exit status: 0 when grading finished, whatever the score; 2 for a missing file or a results path that
+cannot be written; 3 when the grader failed, not the submission (it cannot start, or the machine
+failed a call twice: see grade.py), with no results.json and the reason on stdout and stderr."""
 import argparse
+import os
 import sys
 
 from grader import feedback
@@ -48,9 +53,30 @@ def main(argv=None):
         print(f"grader: {e}", file=sys.stderr)
         return 2
     except GraderBroken as e:
-        print(f"grader: the grader itself failed, not the submission: {e}", file=sys.stderr)
+        _no_results(args.results)
+        said = f"grader: the grader itself failed, not the submission: {e}"
+        print(said, file=sys.stderr, flush=True)
+        if not _same_file(sys.stdout, sys.stderr):
+            print(said, flush=True)        # Gradescope shows staff run_autograder's stdout
         return 3
     return 0
+
+
+def _same_file(a, b):
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
+
+
+def _no_results(path):
+    """No results.json after a grader error, not even an earlier one: a reader must not take it for this grading's."""
+    try:
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

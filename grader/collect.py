@@ -1,4 +1,5 @@
-"""A pytest plugin that records, for every hidden case, its check and whether it passed.
+"""A pytest plugin that records, for every hidden case, its check and whether it passed, and at the
+end what the hidden suites' Grading kept for staff (the sandbox's notes, calls the machine failed).
 
 Positive evidence only: a case counts as passed when its call phase reported "passed". Anything
 else (failed, skipped, errored in setup, never run) is a failure.
@@ -15,6 +16,8 @@ class Collector:
         self.outcomes = {}      # nodeid -> (passed, message)
         self.errors = []        # problems of the grader itself (collection errors)
         self.todo_parts = {}    # check id -> N: its reply was a stub's NotImplementedError("TODO Part N")
+        self.staff = []         # the sandbox's lines for staff (grader/hidden/conftest.py: Grading.staff_lines)
+        self.grader_errors = []  # (check id, why): calls the machine failed; no score may be made of this run
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
@@ -37,6 +40,8 @@ class Collector:
     def pytest_sessionfinish(self, session):
         grading = getattr(session.config, "grading", None)
         self.todo_parts = dict(getattr(grading, "todo_parts", {}))
+        if grading is not None:
+            self.staff, self.grader_errors = grading.staff_lines(), list(grading.grader_errors)
 
     def by_check(self):
         """check id -> [(passed, message)] over its collected cases; a case that never reported fails."""

@@ -1,6 +1,10 @@
 """Grade one submission: find the file, check that it imports (in the sandbox), run the hidden suites
 with pytest in this trusted process (their scenario calls go to the sandbox), score, write results.
-What the student reads and what staff read are separated in report.py."""
+What the student reads and what staff read are separated in report.py.
+
+A grading the machine spoiled is no grading: when the sandbox cannot start, or a call (the import
+probe included) failed for the machine's reasons twice (sandbox.py: "grader_error"), GraderBroken
+says so and no results are written (exit 3: regrade), never a 0 or "fix this first"."""
 import contextlib
 import hashlib
 import io
@@ -17,10 +21,12 @@ from grader.score import score
 from grader.submission import SubmissionError, opened
 
 SEED_SALT = "cs349e-lecture7-paged-attention"
+STAFF_LINES = 30        # the sandbox's notes kept per grading (extra_data["sandbox"] and the staff table)
 
 
 class GraderBroken(RuntimeError):
-    """The grader itself could not run: the installation is broken, not the submission."""
+    """The grader itself could not run or could not judge (the installation or the machine), not the
+    submission: nothing is written, and the submission is to be graded again."""
 
 
 class ResultsNotWritten(OSError):
@@ -60,12 +66,18 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
     hide = [os.path.dirname(os.path.abspath(results_path))] if results_path else []
     from grader.sandbox import BONUS_NAMES, REQUIRED_NAMES
     bonus_names = [n for part in rubric.BONUS_PARTS for n in BONUS_NAMES.get(part, ())]
-    probe = Sandbox(file, isolate=isolate, job=job * 2, hide=hide)
+    try:
+        probe = Sandbox(file, isolate=isolate, job=job * 2, hide=hide)
+    except RuntimeError as e:                 # the runtime or the isolation cannot start here
+        raise GraderBroken(f"the sandbox cannot start: {e}") from None
     try:
         protections = [_stable(p) for p in probe.protections()]
         imported = probe.check_import(REQUIRED_NAMES + tuple(bonus_names))
     finally:
         probe.close()
+    sandbox_notes = [f"import probe: {line}" for line in imported.staff]
+    if imported.status == "grader_error":
+        raise GraderBroken(_regrade(f"the import probe: {imported.error}", sandbox_notes))
     staff = {"submission": found.shown, "sha256": bytes_hash(file.read_bytes()), "seed": seed,
              "grader": grader_hash(), "isolation": protections}
     header = (f"Graded {found.shown} (seed {seed}, sha256 {staff['sha256'][:12]}, grader {staff['grader'][:12]}). "
@@ -79,6 +91,7 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
         problem = f"it does not define {', '.join(missing)}" if missing else imported.error or imported.status
         why = f"paged_kv.py cannot be graded: {problem}. Fix this first (start from the starter, which " \
               f"defines every name): `make test` and `make submit` show the same problem."
+        staff, header = _with_notes(staff, header, sandbox_notes)
         return _finish(results_path, score({}, why), start, quiet, problem=why, notes=found.notes,
                        header=f"{header}\n{why}", staff={**staff, "not_graded": why})
     collector = Collector()
@@ -97,6 +110,10 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
     missing = {c for c in rubric.CHECKS if rubric.CHECKS[c].part not in left_out} - set(collector.checks.values())
     if missing:
         raise GraderBroken(f"rubric checks without cases: {sorted(missing)}")
+    sandbox_notes += collector.staff
+    if collector.grader_errors:
+        raise GraderBroken(_regrade("; ".join(f"{c}: {why}" for c, why in collector.grader_errors), sandbox_notes))
+    staff, header = _with_notes(staff, header, sandbox_notes)
     by_check = collector.by_check()
     stubbed = bonus_stubbed(by_check, collector.todo_parts)
     if stubbed:
@@ -143,6 +160,21 @@ def bonus_stubbed(by_check, todo_parts):
                 and not any(ok for cid in ids for ok, _ in by_check.get(cid, [])):
             out[part] = BONUS_STUBBED.format(n=n)
     return out
+
+
+def _regrade(what, notes):
+    lines = "\n  ".join(notes[:STAFF_LINES])
+    return f"not graded: grader error, regrade this submission. The machine failed {what}" + \
+        (f"\n  {lines}" if lines else "")
+
+
+def _with_notes(staff, header, notes):
+    """The sandbox's notes (failed attempts, workers' stderr) for staff: results.json's extra_data and
+    the staff table, bounded; nothing when a grading went smoothly (so it stays deterministic)."""
+    if not notes:
+        return staff, header
+    kept = notes[:STAFF_LINES] + ([f"(and {len(notes) - STAFF_LINES} more)"] if len(notes) > STAFF_LINES else [])
+    return {**staff, "sandbox": kept}, header + "\nSandbox (staff only):\n  " + "\n  ".join(kept)
 
 
 def _stable(protection):

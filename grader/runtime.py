@@ -25,6 +25,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import select
 import shutil
 import stat
 import subprocess
@@ -49,26 +50,95 @@ class Runtime:
     site: str        # the folder the worker puts on sys.path: numpy (+ numpy.libs) and nothing else
 
 
-def drop_privileges_argv(uid: int) -> list[str]:
+def drop_privileges_argv(uid: int, pdeathsig: bool = True) -> list[str]:
     """setpriv prefix: become uid/gid `uid`, no groups, no capabilities, no way back (no_new_privs).
     The kernel clears the parent-death signal on a uid change, so it is set again here."""
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-            "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--"]
+            "--inh-caps=-all", "--bounding-set=-all", *(["--pdeathsig=KILL"] if pdeathsig else []), "--"]
 
 
-def claim_uid(job: int = 0) -> tuple[int, int]:
-    """(uid, lock fd): the first free uid from UID_BASE + job on. The flock, held until the fd is
-    closed, makes it this caller's alone on the machine, so a sandbox may kill whatever runs as it."""
+class UidClaim:
+    """A sandbox uid that is this process's alone on the machine, whatever root or container another
+    grader runs in, so its sandbox may kill whatever it started as this uid. Two things hold it:
+    the lock file (graders that share this root's STATE_DIR) and a holder process running as the
+    uid (graders in other roots, which have other lock files: they find the uid in use, see
+    claim_uid). release() ends both; so does this process's death (the holder reads EOF)."""
+
+    def __init__(self, uid: int, lock_fd: int, holder: subprocess.Popen):
+        self.uid, self._lock_fd, self._holder = uid, lock_fd, holder
+
+    @property
+    def pid(self) -> int:
+        """The holder's pid: the one process of this uid that is not a sandbox's."""
+        return self._holder.pid
+
+    def release(self) -> None:
+        if self._holder is not None:
+            _stop_holder(self._holder)
+            self._holder = None
+            os.close(self._lock_fd)
+
+
+def claim_uid(job: int = 0) -> UidClaim:
+    """The first free uid from UID_BASE + job on: one whose lock file no grader holds and that no live
+    process of the machine runs as (`_hold`)."""
     locks = secure_dir(state_dir() / "locks", 0o700)
     for k in range(UID_SLOTS):
         uid = UID_BASE + (job + k) % UID_SLOTS
         fd = os.open(locks / f"uid-{uid}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return uid, fd
         except BlockingIOError:
             os.close(fd)
+            continue
+        try:
+            holder = _hold(uid)
+        except BaseException:
+            os.close(fd)
+            raise
+        if holder is not None:
+            return UidClaim(uid, fd, holder)
+        os.close(fd)
     raise RuntimeError(f"all {UID_SLOTS} sandbox uids are in use")
+
+
+_HELD = b"held\n"
+
+
+def _hold(uid: int) -> subprocess.Popen | None:
+    """A process running as `uid` until its stdin closes, when no other process of the machine runs as
+    `uid`; else None. The kernel decides, not /proc (a grader in another pid namespace cannot see
+    ours): it counts the processes of each uid across every pid namespace and root, and with
+    RLIMIT_NPROC 0 an exec right after becoming a uid fails (EAGAIN) if that uid already has a
+    process. Two claimers that start holders at the same moment can both get through; so each then
+    checks, with a limit of 1, that its holder is the uid's only process, and at most one of them
+    passes (the later holder exists when the later check runs)."""
+    prlimit = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin") or "prlimit"
+    holder = subprocess.Popen([prlimit, "--nproc=0", "--", *drop_privileges_argv(uid, pdeathsig=False),
+                               "/bin/sh", "-c", "echo held; read _"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    ready, _, _ = select.select([holder.stdout], [], [], 60.0)
+    if ready and holder.stdout.readline() == _HELD:
+        alone = subprocess.run([prlimit, "--nproc=1", "--", *drop_privileges_argv(uid), "/bin/true"],
+                               stdin=subprocess.DEVNULL, capture_output=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+        if alone.returncode == 0:
+            holder.stdout.close()
+            holder.stderr.close()
+            return holder
+    _stop_holder(holder)
+    said = holder.stderr.read().decode("utf-8", "replace").strip() if ready else "no answer in 60 s"
+    holder.stderr.close()
+    if said and "Resource temporarily unavailable" not in said:        # not "in use": it cannot work at all
+        raise RuntimeError(f"cannot run a process as sandbox uid {uid} (`setpriv --reuid={uid} /bin/sh`): {said}")
+    return None
+
+
+def _stop_holder(holder: subprocess.Popen) -> None:
+    for pipe in (holder.stdin, holder.stdout):
+        if pipe is not None and not pipe.closed:
+            pipe.close()
+    holder.kill()
+    holder.wait()
 
 
 def _numpy_source() -> tuple[Path, str]:
@@ -235,11 +305,11 @@ def check(rt: Runtime, prefix: list[str] | None = None, *, cwd: str = "/") -> No
     """Run the smoke program under `prefix` (default: as a free sandbox uid when root, else as this
     user); RuntimeError naming the real cause and its fix if it fails (see diagnose)."""
     if prefix is None and os.geteuid() == 0:
-        uid, lock = claim_uid()
+        claim = claim_uid()
         try:
-            return check(rt, drop_privileges_argv(uid), cwd=cwd)
+            return check(rt, drop_privileges_argv(claim.uid), cwd=cwd)
         finally:
-            os.close(lock)
+            claim.release()
     _, version = _numpy_source()
     argv = [*(prefix or []), rt.python, "-I", "-S", "-c", _SMOKE, rt.site]
     try:

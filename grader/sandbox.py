@@ -6,14 +6,28 @@ stdin, the reply comes back on its own pipe as a wire frame (plain data, checked
 the submission's prints go to /dev/null. The parent enforces a wall-clock deadline and a size cap,
 then kills the whole process tree, whatever the submission did (setsid, double fork, ignored signals).
 
+A failure the submission did not cause is never its verdict. The worker writes wire.STARTED before
+it loads the submission, and the deadline runs from then. A worker still running at its deadline
+that has used less than half of it in CPU, but wanted one (ran, or waited on the run queue: a busy
+machine), gets more time, up to EXTRA_TIME deadlines (_Clock); a timeout is the submission's when it
+had that CPU, or did not want one (asleep, blocked). A worker that dies without a reply, or starves
+past EXTRA_TIME, is called again once in a fresh worker. Only the same failure twice is a verdict:
+dying after "started" twice is "crashed" (the submission's); twice before "started", or starved
+twice, is "grader_error" (the machine's: the grading must be redone, and no student is charged).
+The worker's stderr (what the launch chain and the interpreter say before the submission runs: its
+own fds 1 and 2 are /dev/null) is kept, bounded, in Reply.staff with the attempts, for staff only.
+
 When root (isolate=None means "isolate when root"), the worker also runs
   - in new pid, network, mount and IPC namespaces (`unshare`): killing the namespace's first process
     kills every process in it; there is no network; /proc shows only the sandbox;
   - with tmpfs over the project (the reference, the grader, the hidden suites), /autograder, /home,
     /root and any `hide` paths, and fresh size-capped tmpfs over /tmp, /var/tmp, /dev/shm,
     /run/lock and the cwd, so nothing persists between calls and jobs share no writable folder;
-  - as an unprivileged uid of its own (UID_BASE + job, or the next free one: a lock file per uid
-    guarantees two live sandboxes on the machine never share one), without groups or capabilities;
+  - as an unprivileged uid of its own (UID_BASE + job, or the next free one: runtime.claim_uid takes
+    a uid only when its lock file is free and no process of the machine runs as it, and holds it
+    with a process of its own, so graders in other roots or containers, which have other lock
+    files, find it in use), without groups or capabilities; the clean-up kills only processes in
+    the pid namespaces its own workers made, never another grader's, whatever their uid;
   - under rlimits (prlimit): address space, CPU, processes, file size, open files, no core dumps.
 Without root there is no uid change and no namespace: rlimits, a process group, and this process
 as a child subreaper (to find and kill orphaned grandchildren) are all there is, and protections()
@@ -35,13 +49,14 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
 from grader import runtime, wire
 
-DEFAULT_DEADLINE = 6.0    # seconds of wall time per call; one constant, easy to change
+DEFAULT_DEADLINE = 6.0    # seconds of wall time per call, from "started"; one constant, easy to change
+STARTUP_DEADLINE = 60.0   # seconds from the spawn to "started": the interpreter and numpy, no student code
 
 GRADER_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = GRADER_DIR.parent
@@ -62,7 +77,12 @@ BONUS_NAMES = {           # per bonus part (rubric.BONUS_PARTS): its names, the 
     "prefix_cache": ("PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert", "PrefixCache.evict"),
 }
 BONUS_TOP = {"prefix_cache": 2}
-STATUSES = ("ok", "raised", "timeout", "crashed", "bad_reply", "import_error")
+STATUSES = ("ok", "raised", "timeout", "crashed", "bad_reply", "import_error", "grader_error")
+STDERR_CAP = 2048         # bytes of a worker's stderr kept for staff (its end: where the error is)
+BUSY_CPU, BUSY_WAIT = 0.5, 0.25   # past its deadline a worker gets more time while it has used less than
+EXTRA_TIME = 4.0                  # BUSY_CPU of it in CPU and wanted one BUSY_WAIT of the time, up to
+                                  # EXTRA_TIME deadlines (_Clock)
+EXIT_GRACE = 2.0          # seconds a worker that closed its reply pipe may take to exit, whatever its deadline
 
 UID_BASE, UID_SLOTS = runtime.UID_BASE, runtime.UID_SLOTS
 LIMITS = {"as": 2 << 30, "nproc": 64, "fsize": 16 << 20, "nofile": 64, "core": 0}
@@ -80,7 +100,8 @@ class Reply:
     status: str            # one of STATUSES
     data: object = None    # "ok": the scenario's result (wire.decode'd); "import_error": {"line", "missing"}
     error: str = ""        # trusted-side text, safe to show a student; built from validated values only
-    seconds: float = 0.0   # wall time of the call measured by the parent
+    seconds: float = 0.0   # wall time of the call measured by the parent, every attempt included
+    staff: tuple = ()      # for staff only, never a student: the attempts that failed, the workers' stderr
 
 
 class Sandbox:
@@ -104,16 +125,16 @@ class Sandbox:
         self._closed = False
         self._tools = {t: _tool(t) for t in ("setpriv", "prlimit") + (("unshare", "mount", "chroot") if self.isolate else ())}
         if self.isolate:
-            self.uid, lock_fd = runtime.claim_uid(job)
-            self._finalizer = weakref.finalize(self, _release, lock_fd, None)
+            claim = runtime.claim_uid(job)                         # no process of the machine runs as it
+            self.uid, self._holder = claim.uid, claim.pid          # the holder: the uid's one process outside calls
+            self._finalizer = weakref.finalize(self, _release, claim, None)
             self._scratch = runtime.secure_dir(runtime.state_dir() / "scratch", 0o711)  # pass through, never list
-            _sweep_uid(self.uid)                                   # the uid is ours now: nothing may run as it
             for stale in self._scratch.glob(f"call-{self.uid}-*"):  # left by a grader that was killed
                 _rmtree(stale)
             self._runtime = _isolated_runtime()
             self._env_extra = {}
         else:
-            self.uid = os.getuid()
+            self.uid, self._holder = os.getuid(), None
             _become_subreaper()
             self._scratch = Path(tempfile.mkdtemp(prefix="cs349e-sandbox-"))
             self._finalizer = weakref.finalize(self, _release, None, self._scratch)
@@ -123,13 +144,15 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------ public API
 
-    def call(self, scenario: str, inputs: dict, deadline: float = DEFAULT_DEADLINE) -> Reply:
-        """Run scenarios.SCENARIOS[scenario](paged_kv, **inputs) in a fresh worker."""
+    def call(self, scenario: str, inputs: dict, deadline: float = DEFAULT_DEADLINE, retry: bool = True) -> Reply:
+        """Run scenarios.SCENARIOS[scenario](paged_kv, **inputs) in a fresh worker. retry=False: one
+        worker only, for a caller that calls again itself when a call fails (grader/hidden/conftest.py):
+        a death is then "crashed" and the machine's failure "grader_error" at once."""
         if not (isinstance(scenario, str) and scenario.isidentifier()) or scenario == "__import__":
             raise ValueError("scenario must be an identifier (and not __import__: see check_import)")
         if type(inputs) is not dict or not all(type(k) is str and k.isidentifier() for k in inputs):
             raise TypeError("inputs must be a dict of keyword arguments")
-        return self._call(scenario, inputs, float(deadline), names=None)
+        return self._call(scenario, inputs, float(deadline), names=None, retry=retry)
 
     def check_import(self, names=REQUIRED_NAMES, deadline: float = DEFAULT_DEADLINE) -> Reply:
         """Import paged_kv in a worker and look for `names` (dotted: Class.method), running no
@@ -138,7 +161,7 @@ class Sandbox:
         fatal); "import_error" when it does not import: a SyntaxError with its line, or the
         exception the module body raised, its line, and for an ImportError the module."""
         names = [n for n in names if type(n) is str]
-        return self._call("__import__", {"names": names}, float(deadline), names=names)
+        return self._call("__import__", {"names": names}, float(deadline), names=names, retry=True)
 
     def protections(self) -> list[str]:
         limits = (f"rlimits: AS {LIMITS['as'] >> 30}GiB, CPU deadline+1 s (killed at +2), "
@@ -160,12 +183,10 @@ class Sandbox:
                 "fresh tmpfs for the cwd and " + ", ".join(fresh) + " (nothing persists)"]
 
     def close(self) -> None:
-        """Kill anything left, release the uid, remove the scratch folder. Idempotent."""
+        """Release the uid, remove the scratch folder (every worker is dead once a call returns). Idempotent."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                if self.isolate:
-                    _sweep_uid(self.uid)
                 self._finalizer()
 
     def __enter__(self):
@@ -176,7 +197,7 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------ one call
 
-    def _call(self, scenario, inputs, deadline, names):
+    def _call(self, scenario, inputs, deadline, names, retry):
         request = wire.encode({"scenario": scenario, "inputs": inputs})
         try:
             wire.decode(request)          # the worker decodes it under the same caps
@@ -185,19 +206,22 @@ class Sandbox:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this sandbox is closed")
-            start = time.monotonic()
-            call_dir = self._new_call_dir()
-            try:
-                returncode, raw, outcome = self._run(call_dir, request, deadline, start)
-            finally:
-                _rmtree(call_dir)
-            reply = _judge(returncode, raw, outcome, deadline, names)
-            return Reply(reply.status, reply.data, reply.error, time.monotonic() - start)
+            start, attempts = time.monotonic(), []
+            while True:
+                call_dir = self._new_call_dir()
+                try:
+                    attempts.append(_attempt(*self._run(call_dir, request, deadline), deadline, names))
+                finally:
+                    _rmtree(call_dir)
+                reply = _verdict(attempts, retry)
+                if reply:
+                    return replace(reply, seconds=time.monotonic() - start, staff=_staff(attempts))
 
-    def _run(self, call_dir, request, deadline, start):
+    def _run(self, call_dir, request, deadline):
         """Start the worker, collect its reply until EOF, exit or deadline, then kill the tree.
-        Returns (returncode or None, reply bytes, "exited" | "timeout" | "overflow")."""
+        Returns (a _Collected, the CPU seconds of the whole tree)."""
         read_end, write_end = os.pipe()
+        err_read, err_write = os.pipe()
         try:
             with tempfile.TemporaryFile() as stdin:
                 stdin.write(request)
@@ -205,44 +229,46 @@ class Sandbox:
                 argv = [*self._prefix(call_dir, deadline), self._runtime.python, "-I", "-S", "-B",
                         str(call_dir / "worker.py"), self._runtime.site, str(write_end)]
                 with _SPAWN_LOCK:
-                    proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL, pass_fds=(write_end,),
-                                            cwd=call_dir if self.isolate else call_dir / "work",
-                                            env=self._env(call_dir), start_new_session=True)
-                    _LIVE.add(proc.pid)
-            os.close(write_end)
-            write_end = None
+                    worker = _Worker(subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
+                                                      stderr=err_write, pass_fds=(write_end,),
+                                                      cwd=call_dir if self.isolate else call_dir / "work",
+                                                      env=self._env(call_dir), start_new_session=True))
+                    _LIVE.add(worker.pid)
+            for fd in (write_end, err_write):
+                os.close(fd)
+            write_end = err_write = None
             try:
-                raw, outcome = _collect(read_end, proc, start + deadline)
+                got = _collect(read_end, err_read, worker, deadline)
             finally:
-                self._kill_tree(proc)
-            if outcome == "exited":
-                raw += _drain(read_end, REPLY_CAP + 1 - len(raw))   # anything a stray process added
-                if len(raw) > REPLY_CAP:
-                    outcome = "overflow"
-            return proc.returncode, raw, outcome
+                self._kill_tree(worker)
+            if got.outcome == "exited":
+                got.raw += _drain(read_end, REPLY_CAP + 1 - len(got.raw))   # anything a stray process added
+                if len(got.raw) > REPLY_CAP:
+                    got.outcome = "overflow"
+            got.stderr = _tail(got.stderr + _drain(err_read, 1 << 20))
+            got.returncode = worker.returncode
+            return got, worker.cpu
         finally:
-            os.close(read_end)
-            if write_end is not None:
-                os.close(write_end)
+            for fd in (read_end, err_read, write_end, err_write):
+                if fd is not None:
+                    os.close(fd)
 
-    def _kill_tree(self, proc):
+    def _kill_tree(self, worker):
         try:
             if self.isolate:
-                _kill_namespace(proc)
-                _sweep_uid(self.uid)          # belt and braces: nothing may run as this uid now
+                _kill_namespace(worker, self.uid)
             else:
-                _kill_group(proc, self._env_extra["CS349E_SANDBOX"])
+                _kill_group(worker, self._env_extra["CS349E_SANDBOX"])
         finally:
             with _SPAWN_LOCK:
-                _LIVE.discard(proc.pid)
+                _LIVE.discard(worker.pid)
 
     # ------------------------------------------------------------------------------ the launch
 
     def _prefix(self, call_dir, deadline):
         """argv that runs what follows it inside the sandbox. rlimits first, so they bind every
         process of the chain (no core dump even from the wrappers); all survive exec and setuid."""
-        cpu = max(1, int(deadline + 0.999)) + 1
+        cpu = _cpu_limit(deadline)
         limits = [self._tools["prlimit"], f"--as={LIMITS['as']}", f"--cpu={cpu}:{cpu + 1}",
                   f"--fsize={LIMITS['fsize']}", f"--nofile={LIMITS['nofile']}", f"--core={LIMITS['core']}"]
         if self.isolate:
@@ -404,9 +430,9 @@ def _inside(path, folder):
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _release(lock_fd, scratch):
-    if lock_fd is not None:
-        os.close(lock_fd)
+def _release(claim, scratch):
+    if claim is not None:
+        claim.release()
     if scratch is not None:
         _rmtree(scratch)
 
@@ -426,29 +452,173 @@ def _rmtree(path):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _collect(fd, proc, deadline_at):
-    """Read the reply pipe until EOF (every writer gone) or the worker's exit, within the deadline."""
-    buf = bytearray()
+class _Worker:
+    """A started worker's Popen, reaped with wait4 to keep its rusage: the CPU time of its whole tree
+    (every process in it is reaped on the way up: the pid namespace's first process reaps the rest)."""
+
+    def __init__(self, proc):
+        self.proc, self.pid, self.cpu = proc, proc.pid, 0.0
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    def poll(self):
+        if self.proc.returncode is None:
+            try:
+                pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+            except ChildProcessError:             # reaped elsewhere: no rusage, the status still counts
+                return self.proc.poll()
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.cpu = usage.ru_utime + usage.ru_stime
+        return self.proc.returncode
+
+    def wait(self, timeout=None) -> bool:
+        """Whether it has exited, waiting up to `timeout` s (None: as long as it takes)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def kill(self):
+        if self.proc.returncode is None:
+            _kill(self.pid)
+
+
+@dataclass
+class _Collected:
+    outcome: str              # "exited" | "timeout" | "starved" | "overflow" | "startup_timeout" (no "started")
+    started: bool             # wire.STARTED came first: no death before it is the submission's doing
+    raw: bytearray            # what followed wire.STARTED: the reply
+    returncode: int | None
+    stderr: bytes = b""       # its end (STDERR_CAP), for staff
+    clock: "_Clock | None" = None
+
+
+def _collect(fd, err_fd, worker, deadline):
+    """Read the reply pipe until EOF (every writer gone) or the worker's exit: until wire.STARTED within
+    STARTUP_DEADLINE of the spawn, then as long as its _Clock allows. stderr is read as it comes."""
+    buf, err, clock = bytearray(), b"", None
+    spawned = time.monotonic()
+    limit = spawned + STARTUP_DEADLINE
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    for f in (fd, err_fd):
+        poller.register(f, select.POLLIN)
+
+    def late(outcome):
+        if clock:
+            clock.ended = time.monotonic()
+        return _Collected(outcome, clock is not None, buf, worker.returncode, err, clock)
     while True:
-        left = deadline_at - time.monotonic()
-        if left <= 0:
-            return buf, "timeout"
-        if poller.poll(min(left, 0.05) * 1000):
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
+        events = poller.poll(max(0.0, min(limit - time.monotonic(), 0.05)) * 1000)
+        eof = False
+        for f, _event in events:
+            chunk = os.read(f, 1 << 20)
+            if f == err_fd:
+                err = _tail(err + chunk)
+                if not chunk:
+                    poller.unregister(err_fd)
+                continue
+            eof = eof or not chunk
             buf += chunk
+            if clock is None and len(buf) >= len(wire.STARTED) and buf.startswith(wire.STARTED):
+                clock = _Clock(worker.pid, deadline, spawned)
+                limit = time.monotonic() + deadline
+                del buf[:len(wire.STARTED)]
             if len(buf) > REPLY_CAP:
-                return buf, "overflow"
-        elif proc.poll() is not None:
+                return late("overflow")
+        if eof or (not events and worker.poll() is not None):
             break
-    try:
-        proc.wait(max(0.0, deadline_at - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return buf, "timeout"
-    return buf, "exited"
+        now = time.monotonic()
+        if now >= limit:
+            if poller.poll(0) or worker.poll() is not None:
+                continue                      # it answered or exited just now: read that first
+            verdict = clock.verdict(now) if clock else "startup_timeout"
+            if verdict:
+                return late(verdict)
+            limit = clock.next_check(now)
+    # every writer closed the pipe, or the worker exited: it has little left to do (os._exit)
+    if not worker.wait(max(limit - time.monotonic(), EXIT_GRACE)):
+        return late("timeout" if clock else "startup_timeout")
+    return late("exited")
+
+
+def _tail(data, cap=STDERR_CAP):
+    return bytes(data[-cap:])
+
+
+class _Clock:
+    """When a started worker's time is up. Its deadline is wall time, but a machine that gives it no
+    CPU must not use up the submission's time: at the deadline, and every quarter deadline after, a
+    worker that has used BUSY_CPU of its deadline in CPU is timed out (the submission's: it had its
+    CPU), and so is one that ran or waited to run less than BUSY_WAIT of the time since the last look
+    and is not runnable now (asleep or blocked: the submission's too); any other was kept from a CPU
+    it wanted, and goes on, up to EXTRA_TIME deadlines, when it is the machine's ("starved"). (The
+    kernel adds a wait to schedstat only when the wait ends: a worker that got no CPU at all since the
+    last look shows none, but is runnable.)"""
+
+    def __init__(self, root, deadline, spawned):
+        self.root, self.deadline, self.started = root, deadline, time.monotonic()
+        self.looked = (spawned, 0.0)               # the last look: when, CPU and run-queue wait until then
+        self.cpu = self.waited = 0.0
+        self.ended = self.started                  # when the worker answered, exited or was judged
+        self.extended = False                      # whether a look gave it more time
+
+    def next_check(self, now):
+        return now + max(0.25, self.deadline / 4)
+
+    @property
+    def extra(self):
+        """The wall time it was given past its deadline (0 when it never ran past it)."""
+        return max(0.0, self.ended - self.started - self.deadline) if self.extended else 0.0
+
+    def verdict(self, now):
+        """None (more time), "timeout" (the submission's) or "starved" (the machine's)."""
+        self.cpu, self.waited, runnable = _usage(self.root)
+        then, wanted_then = self.looked
+        self.looked = (now, self.cpu + self.waited)
+        idle = self.cpu + self.waited - wanted_then < BUSY_WAIT * (now - then) and not runnable
+        if self.cpu >= BUSY_CPU * self.deadline or idle:
+            return "timeout"
+        if now - self.started >= EXTRA_TIME * self.deadline:
+            return "starved"
+        self.extended = True
+        return None
+
+    def figures(self):
+        return f"{self.cpu:.1f} s of CPU, {self.waited:.1f} s waiting for one"
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _usage(root):
+    """(CPU seconds, seconds runnable but waiting for a CPU, whether one is runnable now) of the live
+    processes under `root`, the CPU of the children they reaped included (/proc/PID/stat: state,
+    times; schedstat: run time, run-queue wait)."""
+    children = {}
+    for p in _procs():
+        children.setdefault(p.ppid, []).append(p.pid)
+    cpu = wait = 0
+    runnable = False
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/schedstat") as f:
+                waited = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        cpu += sum(int(x) for x in fields[11:15])       # utime, stime, cutime, cstime
+        wait += waited
+        runnable = runnable or fields[0] == b"R"
+    return cpu / _TICK, wait / 1e9, runnable
 
 
 def _drain(fd, cap):
@@ -492,20 +662,29 @@ def _kill(pid):
         pass
 
 
-def _kill_namespace(proc):
+def _kill_namespace(worker, uid):
     """Kill the pid namespace's first process: the kernel then kills every process in it, and the
-    wrapper (unshare) exits only once they are all gone. Falls back to the wrapper itself."""
-    if proc.poll() is None:
-        init = [p.pid for p in _procs() if p.ppid == proc.pid]
+    wrapper (unshare) exits only once they are all gone; falls back to the wrapper itself. Then, belt
+    and braces, whatever still runs as `uid` in that namespace: provably this sandbox's own."""
+    spaces = set()
+    if worker.poll() is None:
+        init = [p.pid for p in _procs() if p.ppid == worker.pid]
         for pid in init:
+            spaces.add(_pid_namespace(pid))
             _kill(pid)
         if not init:
-            proc.kill()
-        try:
-            proc.wait(2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            worker.kill()
+        if not worker.wait(2.0):
+            worker.kill()
+            worker.wait()
+    _sweep(uid, spaces - {None, _pid_namespace(os.getpid())})
+
+
+def _pid_namespace(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
 
 
 def _uid_of(pid):
@@ -519,11 +698,14 @@ def _uid_of(pid):
     return None
 
 
-def _sweep_uid(uid, timeout=2.0):
-    """SIGKILL every live process whose real uid is `uid` (reserved for one sandbox), until none."""
+def _sweep(uid, spaces, timeout=2.0):
+    """SIGKILL every live process of `uid` in one of the pid namespaces `spaces` (this sandbox's
+    workers' own), until none. Never anything else: a process of this uid outside them is not ours
+    (claim_uid makes it another grader's bug, not ours to fix by killing)."""
     end = time.monotonic() + timeout
-    while True:
-        victims = [p.pid for p in _procs() if p.state != "Z" and _uid_of(p.pid) == uid]
+    while spaces:
+        victims = [p.pid for p in _procs() if p.state != "Z" and _uid_of(p.pid) == uid
+                   and _pid_namespace(p.pid) in spaces]
         if not victims or time.monotonic() > end:
             return
         for pid in victims:
@@ -540,13 +722,13 @@ def _become_subreaper():
         pass
 
 
-def _kill_group(proc, token):
+def _kill_group(worker, token):
     """Not isolated: kill the worker's process group, then every orphan it left, reparented to us."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(worker.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+    worker.wait()
     marker, me, my_session = f"CS349E_SANDBOX={token}".encode(), os.getpid(), os.getsid(0)
     with _SPAWN_LOCK:
         for _ in range(1000):
@@ -579,20 +761,80 @@ _BUILTIN_EXCEPTIONS = frozenset(name for name, cls in vars(builtins).items()
                                 if isinstance(cls, type) and issubclass(cls, BaseException))
 
 
-def _judge(returncode, raw, outcome, deadline, names):
-    if outcome == "timeout":
-        return Reply("timeout", error=f"no reply within {deadline:g} s, so the worker was killed")
-    if outcome == "overflow":
-        return Reply("bad_reply", error=f"reply larger than {REPLY_CAP >> 20} MiB, so the worker was killed")
-    if returncode != 0:
-        return Reply("crashed", error=_death(returncode))
-    if not raw:
-        return Reply("crashed", error="the worker exited without replying")
+@dataclass(frozen=True)
+class _Attempt:
+    kind: str              # "answer": a verdict (a reply, or the submission's timeout); "died": no reply after
+                           # "started" (maybe the submission's doing); "machine": never the submission's
+    reply: Reply | None    # "answer" and "died": what the call says if this is its last attempt
+    said: str = ""         # what happened, for staff
+    stderr: str = ""
+
+
+def _attempt(got, cpu, deadline, names):
+    """What one worker's end says about the call (see _Attempt)."""
+    rc, clock = got.returncode, got.clock
+    lines = [line.strip() for line in got.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    if rc == 1 and lines and lines[-1] == _UNSHARE_KILLED:      # the namespace's first process got SIGKILL
+        rc, lines = -signal.SIGKILL, lines[:-1]
+    stderr = _printable(" | ".join(lines)[-STDERR_CAP:], STDERR_CAP)
+    if not got.started:
+        said = (f"did not start within {STARTUP_DEADLINE:g} s" if got.outcome == "startup_timeout"
+                else f"died before it started ({_death(rc)})" if rc else "exited before it started")
+        return _Attempt("machine", None, said, stderr)
+    more = f"given {clock.extra:.1f} s more as it waited for a CPU" if clock.extra else ""
+    if got.outcome == "starved":
+        return _Attempt("machine", None, f"no reply within {EXTRA_TIME * deadline:g} s while the machine was "
+                                         f"busy ({clock.figures()})", stderr)
+    if got.outcome == "timeout":
+        return _Attempt("answer", Reply("timeout", error=f"no reply within {deadline:g} s, so the worker was killed"),
+                        f"timed out ({clock.figures()})" + (f", {more}" if more else ""), stderr)
+    if got.outcome == "overflow":
+        return _Attempt("answer", Reply("bad_reply", error=f"reply larger than {REPLY_CAP >> 20} MiB, so the worker "
+                                                           f"was killed"), more, stderr)
+    if rc in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= _cpu_limit(deadline):
+        return _Attempt("answer", Reply("timeout", error=f"used up its {_cpu_limit(deadline)} s of CPU time, so the "
+                                                         f"worker was killed"), f"{_death(rc)} at {cpu:.1f} s of CPU", stderr)
+    if rc != 0 or not got.raw:
+        error = _death(rc) if rc != 0 else "the worker exited without replying"
+        return _Attempt("died", Reply("crashed", error=error), f"{error}, after it started", stderr)
     try:
-        message = wire.decode(raw)
+        message = wire.decode(got.raw)
     except wire.WireError as e:
-        return Reply("bad_reply", error=f"malformed reply: {e}")
-    return _interpret(message, names) or Reply("bad_reply", error="malformed reply: not a worker reply")
+        return _Attempt("answer", Reply("bad_reply", error=f"malformed reply: {e}"), more, stderr)
+    reply = _interpret(message, names) or Reply("bad_reply", error="malformed reply: not a worker reply")
+    return _Attempt("answer", reply, more and f"answered, {more} ({clock.figures()})", stderr)
+
+
+_UNSHARE_KILLED = "unshare: sigprocmask unblock failed: Invalid argument"   # util-linux 2.38's unshare, its
+# child killed by SIGKILL: it exits 1 saying this, instead of dying of the same signal as for any other one
+
+
+def _verdict(attempts, retry):
+    """The call's Reply once its attempts decide it, else None (call again in a fresh worker). An answer
+    decides at once; a death after "started", or the machine's failure, when it happens a second time
+    (so at most three attempts); without retry, the first attempt decides."""
+    last = attempts[-1]
+    if last.kind == "answer":
+        return last.reply
+    if retry and sum(a.kind == last.kind for a in attempts) < 2:
+        return None
+    if last.kind == "died":
+        return last.reply
+    said = "; ".join(dict.fromkeys(a.said for a in attempts if a.kind == "machine"))
+    return Reply("grader_error", error=f"the machine failed this call, not the submission: the worker {said}")
+
+
+def _staff(attempts):
+    """Staff's lines on a call: every attempt, when one failed or said something on stderr."""
+    if len(attempts) == 1 and not attempts[0].said and not attempts[0].stderr:
+        return ()
+    return tuple(f"worker {n} of {len(attempts)}: {a.said or a.reply.status}"
+                 + (f"; its stderr: {a.stderr}" if a.stderr else "") for n, a in enumerate(attempts, 1))
+
+
+def _cpu_limit(deadline):
+    """The CPU rlimit (soft; the hard one is 1 s more) of a call with this deadline, in seconds."""
+    return max(1, int(deadline + 0.999)) + 1
 
 
 def _death(returncode):

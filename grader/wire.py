@@ -23,6 +23,8 @@ import struct
 import numpy as np
 
 MAGIC = b"CS349EW1"
+STARTED = b"CS349EGO"  # what a worker writes first on its reply pipe, before it loads the submission: a
+                       # worker that dies without it died before any student code ran (sandbox.py)
 MAX_BYTES = 64 << 20     # a whole message, header and payloads
 MAX_HEADER = 2 << 20     # the JSON part: bulk numbers belong in arrays; this bounds the objects
                          # json.loads can be made to build (an empty list is 3 bytes, 56 in memory)

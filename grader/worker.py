@@ -6,14 +6,17 @@ Everything here happens in a process the submission controls once its code runs,
 trusted by the grader: the reply is only data, checked by the trusted side (sandbox.py + wire.py).
 The order matters only for what the submission could see or take:
 
-1. read the whole request (wire frame on stdin), then point fd 0 at /dev/null;
-2. point fds 1 and 2 at /dev/null before any submission code runs: its prints go nowhere and
+1. read the whole request (wire frame on stdin) and import numpy: what goes wrong until here (a
+   broken runtime) is said on fd 2, which the sandbox keeps for staff, never for a student;
+2. point fds 0, 1 and 2 at /dev/null before any submission code runs: its prints go nowhere and
    cannot be mistaken for a reply (the reply goes to its own pipe, REPLY_FD);
-3. compile paged_kv.py (the parser only: a SyntaxError here is about the file, not about inputs);
-4. import the scenarios (trusted code), then run the submission's module body;
-5. run `scenarios.SCENARIOS[name](paged_kv, **inputs)`, encode the result, write it, `os._exit(0)`.
+3. write wire.STARTED on REPLY_FD: from then on a death may be the submission's doing; until then it
+   cannot be, as no student code has run (the sandbox retries such a worker, and never charges it);
+4. compile paged_kv.py (the parser only: a SyntaxError here is about the file, not about inputs);
+5. import the scenarios (trusted code), then run the submission's module body;
+6. run `scenarios.SCENARIOS[name](paged_kv, **inputs)`, encode the result, write it, `os._exit(0)`.
 
-Reply bodies (a wire frame of one dict):
+On REPLY_FD: wire.STARTED (8 bytes), then the reply, a wire frame of one dict:
     {"status": "ok", "result": DATA}
     {"status": "raised", "error": BUILTIN[, "todo_part": N]}   any BaseException, SystemExit included; N (1-5)
                                                        when a stub's NotImplementedError("TODO Part N: ...")
@@ -153,24 +156,32 @@ def main():
     code_dir = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [code_dir, site]
     raw = _read_all(0, REQUEST_CAP)
+    import wire
+    import numpy  # noqa: F401  (the runtime is checked here, before any submission code)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    import wire
-    import numpy  # noqa: F401  (the runtime is checked here, before any submission code)
+    _write(wire.STARTED)
     try:
         reply = _run(wire.decode(raw), code_dir)
         frame = reply if type(reply) is bytes else wire.encode(reply)
     except BaseException as e:                   # a hostile module body can break anything above
         frame = wire.encode({"status": "raised", "error": builtin_name(e)})
-    view = memoryview(frame)
+    _write(frame)
+    os._exit(0)
+
+
+def _write(data):
+    view = memoryview(data)
     while view:
         view = view[os.write(REPLY_FD, view):]
-    os._exit(0)
 
 
 if __name__ == "__main__":
     try:
         main()
+    except BaseException:
+        import traceback
+        traceback.print_exc()        # before step 2 on the sandbox's stderr, for staff; after it to /dev/null
     finally:
         os._exit(70)

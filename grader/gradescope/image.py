@@ -17,6 +17,9 @@ checks on a bare machine. Everything here needs root.
                                minimal /dev and a read-only /sys are mounted. enter="chroot": the same
                                mount point entered with chroot (a chroot refuses user namespaces);
                                enter="plain": chroot alone, so the root is not a mount point.
+                               pids="shared": no pid namespace, so the image and the host see each
+                               other's processes (a chroot on a grading machine: neighbour.py).
+    Image.start(argv)          the same, in the background (a Popen).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ PASSED_ENV = re.compile(r"^(PIP_\w+|https?_proxy|no_proxy|HTTPS?_PROXY|NO_PROXY)
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 ENTER = ("pivot", "chroot", "plain")   # how Image.run enters the root (see the module's docstring)
+PIDS = ("own", "shared")               # a pid namespace of its own, or the host's process table
 RESERVED_UIDS = 16          # sandbox uids the image's graders may use (runtime.UID_BASE on)
 
 
@@ -211,9 +215,10 @@ def _remove(path: Path) -> None:
 
 def reserve_uids(n: int = RESERVED_UIDS, wait: float = 900.0, log=print) -> list[int]:
     """Hold the host's locks on the first n sandbox uids (lock fds, to close when done). The image
-    has its own lock folder, so its graders take the same uids as the host's; the host sees the
-    image's processes and its graders kill whatever runs as their uid. Held here, the host's graders
-    take other uids meanwhile. Waits for each lock (a host grader holds one for one grading)."""
+    has its own lock folder; its graders take no uid a live process runs as (runtime.claim_uid), but
+    a grader older than that rule on the host (another checkout) takes any uid its own locks leave
+    and kills whatever runs as it. Held here, such graders take other uids meanwhile. Waits for each
+    lock (a host grader holds one for one grading)."""
     locks = runtime.secure_dir(runtime.state_dir() / "locks", 0o700)
     fds, end = [], time.monotonic() + wait
     try:
@@ -240,9 +245,10 @@ def reserve_uids(n: int = RESERVED_UIDS, wait: float = 900.0, log=print) -> list
 
 
 class Image:
-    """A fresh root of `suite` (plus `include` packages) under build/gsim/roots/, removed on close."""
+    """A fresh root of `suite` (plus `include` packages) under build/gsim/roots/, removed on close.
+    hold_host_uids: hold the host's locks on RESERVED_UIDS sandbox uids while it lives (reserve_uids)."""
 
-    def __init__(self, suite: str, include: tuple = (), log=print):
+    def __init__(self, suite: str, include: tuple = (), log=print, hold_host_uids: bool = True):
         if os.geteuid() != 0:
             raise ImageError("a fresh root needs root (debootstrap, mounts, namespaces)")
         self.suite, self.log, self._uid_locks = suite, log, []
@@ -255,7 +261,8 @@ class Image:
                 (self.dir / d).mkdir(parents=True)
             self.root_mode = 0o755                  # as a container's root
             self._carry_host_settings()
-            self._uid_locks = reserve_uids(log=log)
+            if hold_host_uids:
+                self._uid_locks = reserve_uids(log=log)
         except BaseException:
             self.close()
             raise
@@ -331,16 +338,38 @@ class Image:
             lines.append(f'exec {shutil.which("chroot", path=PATH)} {r} /usr/bin/env -i "$@"')
         return "\n".join(lines)
 
-    def run(self, argv, *, env=None, cwd="/", enter="pivot", timeout=None, stdout=None, stderr=None):
-        """Run argv in the image as root (a CompletedProcess; output captured unless stdout/stderr are
-        given). env: on top of PATH, HOME, LANG and the host's pip and proxy settings."""
+    def _argv(self, argv, env, cwd, enter, pids):
+        if pids not in PIDS:
+            raise ValueError(f"pids must be one of {PIDS}")
         full_env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **passed_env(), **(env or {})}
         inner = [*(f"{k}={v}" for k, v in full_env.items()), "/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd, *argv]
-        outer = ["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child", "--",
-                 "/bin/sh", "-c", self._script(enter), "gsim", *inner]
+        namespaces = ["--mount", *(["--pid"] if pids == "own" else []), "--uts", "--ipc"]
+        return ["unshare", *namespaces, "--fork", "--kill-child", "--",
+                "/bin/sh", "-c", self._script(enter), "gsim", *inner]
+
+    def run(self, argv, *, env=None, cwd="/", enter="pivot", pids="own", timeout=None, stdout=None, stderr=None):
+        """Run argv in the image as root (a CompletedProcess; output captured unless stdout/stderr are
+        given). env: on top of PATH, HOME, LANG and the host's pip and proxy settings."""
         capture = stdout is None and stderr is None
-        return subprocess.run(outer, capture_output=capture, stdout=stdout, stderr=stderr, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(self._argv(argv, env, cwd, enter, pids), capture_output=capture, stdout=stdout,
+                              stderr=stderr, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def start(self, argv, *, env=None, cwd="/", enter="pivot", pids="own", stdout=None, stderr=None):
+        """Image.run in the background: the Popen. With pids="own", killing it kills everything it started
+        in the image; with "shared", the caller must stop what it started (Image.processes)."""
+        return subprocess.Popen(self._argv(argv, env, cwd, enter, pids), stdout=stdout, stderr=stderr, text=True,
+                                stdin=subprocess.DEVNULL)
+
+    def processes(self) -> list[int]:
+        """The pids of every process whose root is this image (what a shared process table leaves)."""
+        inside, found = str(self.dir.resolve()) + "/", []
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if (os.readlink(f"/proc/{name}/root").rstrip("/") + "/").startswith(inside):
+                    found.append(int(name))
+            except OSError:
+                continue
+        return found
 
     def close(self) -> None:
         for fd in self._uid_locks:

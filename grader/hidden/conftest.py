@@ -4,8 +4,13 @@ Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may decl
 id -> judge(case, expected, got, deps) -> message or None). Every case becomes one pytest item marked
 with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
 two parts at a time as soon as collection ends; if that call fails, each of its checks is called
-again on its own. The reference answers the same calls here, in the trusted process. The
-submission's code never runs in this process.
+again on its own (and the sandbox calls such a check once more in a fresh worker if its worker dies
+or the machine starves it: sandbox.py). The reference answers the same calls here, in the trusted
+process. The submission's code never runs in this process.
+
+A call the machine failed twice ("grader_error") is judged as nothing: the case fails here, but
+grade.py then refuses the whole grading (exit 3, no results: regrade), so no score includes it.
+What the sandbox said for staff (failed attempts, workers' stderr) is kept in `Grading.staff`.
 
 `deps.ok(check_id)` tells a judge whether the submission passes another part's check. A judge uses it
 only to leave out a comparison that another part owns when that part is already charged for it (one
@@ -92,6 +97,7 @@ class Grading:
         self.plans, self.judges = _all_plans(config), _all_judges(config)
         self.verdicts, self.judging = {}, set()
         self.todo_parts = {}     # check id -> N, when its reply was a stub's NotImplementedError("TODO Part N")
+        self.staff, self.grader_errors = [], []     # staff only: (label, line); (check id, why)
         self.expected, self.ref_seconds, self.futures = {}, {}, {}
         isolate = {"auto": None, "yes": True, "no": False}[config.getoption("--isolate")]
         job = config.getoption("--job")
@@ -107,8 +113,8 @@ class Grading:
             self.ref_seconds[check_id] = time.perf_counter() - start
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
         for part, ids in self.parts.items():
-            calls = [["batch", {"calls": self._calls(c)}] for c in ids]
-            self.part_futures[part] = self.executor.submit(self._call, calls, self._deadline(ids))
+            calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
+            self.part_futures[part] = self.executor.submit(self._call, part, calls, self._deadline(ids), False)
 
     def _calls(self, check_id):
         return [[c.scenario, c.inputs] for c in self.plans[check_id]]
@@ -116,12 +122,15 @@ class Grading:
     def _deadline(self, check_ids):
         return max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * sum(self.ref_seconds[c] for c in check_ids))
 
-    def _call(self, calls, deadline):
+    def _call(self, label, calls, deadline, retry=True):
         box = self.sandboxes.get()
         try:
-            return box.call("batch", {"calls": calls}, deadline=deadline)
+            reply = box.call("batch", {"calls": calls}, deadline=deadline, retry=retry)
         finally:
             self.sandboxes.put(box)
+        with self.lock:
+            self.staff += [(label, line) for line in reply.staff]
+        return reply
 
     def _reply(self, check_id):
         """The sandbox's reply for one check. All checks of a part go in one call (a fresh worker costs
@@ -135,12 +144,17 @@ class Grading:
         with self.lock:
             if check_id not in self.futures:
                 for c in ids:
-                    self.futures[c] = self.executor.submit(self._call, self._calls(c), self._deadline([c]))
+                    self.futures[c] = self.executor.submit(self._call, c, self._calls(c), self._deadline([c]))
         return self.futures[check_id].result()
 
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
         reply = self._reply(check_id)
+        if reply.status == "grader_error":
+            with self.lock:
+                if check_id not in dict(self.grader_errors):
+                    self.grader_errors.append((check_id, reply.error))
+            pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
         if reply.status == "raised" and reply.data:
             self.todo_parts[check_id] = reply.data.get("todo_part")
         if reply.status != "ok":
@@ -184,6 +198,12 @@ class Grading:
             finally:
                 self.judging.discard(check_id)
         return self.verdicts[check_id]
+
+    def staff_lines(self):
+        """What the sandbox said for staff, one line per failed attempt, in rubric order (parts' calls first)."""
+        order = [*rubric.ALL_PARTS, *rubric.CHECKS]
+        return [f"{label}: {line}" for label, line in
+                sorted(self.staff, key=lambda item: (order.index(item[0]) if item[0] in order else len(order), item))]
 
     def close(self):
         self.executor.shutdown(wait=True)
