@@ -118,6 +118,7 @@ def test_a_part_4_bug_still_fails_while_part_2_is_broken(tmp_path):
               if ln.strip().startswith("FAILED")]
     assert "test_fork_shares_every_block" in failed and "test_n_holders_make_n_minus_1_copies" in failed, summary(out)
     assert "test_sharing_changes_no_result" in failed, summary(out)      # a script with steps, twin=True
+    assert re.search(r": \d+ passed, \d+ failed, \d+ skipped: ", part_line(out, 4)), part_line(out, 4)
 
 
 def test_a_stub_named_in_the_reason_is_the_one_that_is_missing(tmp_path):
