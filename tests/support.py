@@ -6,8 +6,9 @@ Nothing here knows how to implement paged_kv: expected values come from the lab'
 `forward` with a KVCache, from hand-worked examples in the tests, or from rules the contract
 states about what one operation does to the state you can observe (rules.py, which the grader
 uses too). Each part's tests look only at what that part owns, so a bug in one part fails the
-tests of that part, not the others'; a comparison that needs another part working is skipped,
-with a note at the end of the run, while that part does not work yet.
+tests of that part, not the others'; a comparison that needs another part working is skipped
+(pytest.skip, with the reason: what failed in that part) while that part does not work yet, after
+everything the test can check without it.
 """
 import math
 
