@@ -233,10 +233,11 @@ def _no_answer(reply, part_no):
 def _unbuilt(got, part=None):
     """For an answer saying the scenario could not build what it needs (scenarios.Unbuilt: its name,
     one of scenarios.UNBUILT, and the error's kind, both checked here), what to fix first; else ""."""
-    if not (isinstance(got, dict) and set(got) == {"unbuilt", "kind"} and got["unbuilt"] in scenarios.UNBUILT):
+    if not (isinstance(got, dict) and set(got) == {"unbuilt", "kind"} and type(got["unbuilt"]) is str
+            and got["unbuilt"] in scenarios.UNBUILT):
         return ""
     what, owner = got["unbuilt"], rubric.PARTS[scenarios.UNBUILT[got["unbuilt"]] - 1]
-    kind = got["kind"] if got["kind"] in KINDS else "an exception"
+    kind = got["kind"] if type(got["kind"]) is str and got["kind"] in KINDS else "an exception"
     if part == owner:
         return f"your {what}(...) raised {kind}: every case of this check starts with it"
     return (f"your {what}(...) raised {kind}, and this check needs one before it can test anything: "
