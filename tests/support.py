@@ -477,10 +477,10 @@ def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, 
     checked = len(records) if first_request == len(actions) or part2_works(pk) else first_request
     said = explain.describe_prefix_actions(actions)
     try:
-        view = rules.part5_view(result, block_size)
+        view = rules.part5_view({**result, "records": records[:checked]}, block_size)
     except (KeyError, TypeError, ValueError) as e:
         fail(f"the cache's state could not be read: {e} (are refcount(), n_cached and n_hit_tokens integers?)", section)
-    for i, (rec, row) in enumerate(zip(records[:checked], view)):
+    for i, (rec, row) in enumerate(zip(records, view)):
         where_ = f"after action {i + 1} of {len(records)}, {said[i]}"
         got = "no error" if rec["error"] is None else error_text(rec["error"])
         if i in errors and row["error"] != errors[i]:
