@@ -191,3 +191,27 @@ def test_a_part_5_written_in_part_is_graded_as_usual(tmp_path):
     assert 0 < per_part["prefix_cache"] < 10 and results["score"] > 100, per_part
     assert "bonus not attempted" not in results["output"] and "First to fix" in results["output"]
     assert "bonus" not in results["extra_data"]
+
+
+@pytest.mark.slow
+def test_the_bare_starter_says_not_attempted_for_part_5(tmp_path):
+    """Issue 15 item 1 on the starter itself: Part 1 unfinished too, yet Part 5's line says "bonus not
+    attempted" (its stubs untouched), not "fix Part 1 first"."""
+    results, per_part = grade(folder(tmp_path, "starter") / labtool.FILE, tmp_path)
+    part5 = results["output"][results["output"].index("Part 5"):]
+    assert results["score"] == 0 and "bonus not attempted" in part5 and "fix Part 1 first" not in part5, part5
+    assert all(t["output"].startswith("bonus not attempted") for t in results["tests"] if t["tags"] == ["prefix_cache"])
+
+
+@pytest.mark.slow
+def test_a_pool_that_cannot_be_built_is_named_by_the_grader(tmp_path):
+    """Issue 15 item 8: BlockPool(...) raises. Part 5's checks (and Parts 2 and 4's) name it and the
+    part to fix first, not "the answer has the wrong form" or an exception the contract does not allow."""
+    path = planted(tmp_path, "partial", '        n_blocks = _as_int(n_blocks, "n_blocks")\n',
+                   '        n_blocks = _as_int(n_blocks, "n_blocks")\n        raise RuntimeError("no pool")\n')
+    results, per_part = grade(path, tmp_path)
+    for part in ("paged_step", "copy_on_write", "prefix_cache"):
+        outs = [t["output"] for t in results["tests"] if t["tags"] == [part]]
+        assert outs and all("fix Part 1 (BlockPool) first" in o for o in outs), (part, outs[:2])
+    assert "wrong form" not in json.dumps(results) and "does not allow" not in json.dumps(results)
+    assert per_part["blockwise_attention"] == 15

@@ -477,3 +477,17 @@ def test_naming_blocks_by_handle_pardons_no_block_handed_out_twice():
     huge[2]["refcounts"][0] = 4577378705285645323           # never echoed: named instead
     said = pool_judge(case, expected, huge)
     assert "4577378705285645323" not in said and "an implausibly large number" in said, said
+
+
+def test_an_answer_that_says_the_pool_could_not_be_built_names_the_part_to_fix():
+    """Issue 15 item 8: scenarios.batch gives {"unbuilt": "BlockPool", "kind": ...} when BlockPool(...)
+    raised; the grader names it and Part 1, trusting only a name it knows and a kind from its list."""
+    from grader.hidden.conftest import _unbuilt
+    assert _unbuilt({"unbuilt": "BlockPool", "kind": "TypeError"}, "prefix_cache") == (
+        "your BlockPool(...) raised TypeError, and this check needs one before it can test anything: "
+        "fix Part 1 (BlockPool) first")
+    assert _unbuilt({"unbuilt": "BlockPool", "kind": "TypeError"}, "allocator").startswith("your BlockPool(...) raised")
+    assert "an exception" in _unbuilt({"unbuilt": "PagedSequence", "kind": "<b>chosen words</b>"}, "prefix_cache")
+    for forged in ({"unbuilt": ["BlockPool"], "kind": "x"}, {"unbuilt": "os.system", "kind": "x"},
+                   {"unbuilt": "BlockPool"}, [], None, {"records": [], "twins": []}):
+        assert _unbuilt(forged, "prefix_cache") == ""

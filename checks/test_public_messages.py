@@ -4,6 +4,7 @@ Each case plants one bug in a copy of the reference, runs the public tests on it
 does, and checks the words of the failure: it must name the student's mistake in the assignment's
 terms, never a line of the test harness, and each summary line must stand on its own.
 """
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,74 @@ def test_a_pop_allocator_fails_only_the_lowest_free_tests_of_part_1(tmp_path):
     assert failed and set(failed) == {"test_alloc_hands_out_the_lowest_free_block"}, out[-3000:]
     assert "fresh pool: the ids returned by alloc and copy_block, in order" in out, out[-3000:]
     assert "expected [0, 1, 2, 3], got [3, 2, 1, 0]" in out, out[-3000:]
+
+
+# ------------------------------------------- a test that waits for another part (issue 17, issue 15)
+def planted(tmp_path, pairs, *args):
+    """public_tests with several bugs planted at once: (find, replace) pairs."""
+    text = REFERENCE.read_text()
+    for find, replace in pairs:
+        assert text.count(find) == 1, find
+        text = text.replace(find, replace)
+    (tmp_path / "paged_kv.py").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests"), "-c", str(REPO / "tests" / "pytest.ini"),
+                           f"--rootdir={REPO / 'tests'}", f"--impl={tmp_path}", "-q", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    return proc.stdout + proc.stderr
+
+
+def part_line(out, n):
+    return next(ln for ln in summary(out).splitlines() if ln.startswith(f"Part {n}"))
+
+
+PART2_LOGITS = ("np.stack([chunks[i] for i in idx]), start)", "np.stack([chunks[i] for i in idx]), 0)")  # positions
+FORK_NO_INCREF = ("            self.pool.incref(b)\n        child.blocks", "            pass\n        child.blocks")
+FORK_STUB = ("    def fork(self):\n", '    def fork(self):\n        raise NotImplementedError("TODO Part 4: PagedSequence.fork")\n')
+POOL_RAISES = ('        n_blocks = _as_int(n_blocks, "n_blocks")\n',
+               '        n_blocks = _as_int(n_blocks, "n_blocks")\n        raise RuntimeError("no pool today")\n')
+
+
+def test_a_part_2_logits_bug_skips_part_4s_comparisons_with_the_reason(tmp_path):
+    """Issue 17: with a Part 2 logits bug, Part 4's line said "21 of 21 passed". The comparisons that
+    need Part 2 are skipped, counted as skipped, and the reason says what failed in Part 2."""
+    out = planted(tmp_path, [PART2_LOGITS], "-m", "copy_on_write")
+    line = part_line(out, 4)
+    m = re.search(r": (\d+) passed, (\d+) skipped", line)
+    assert m and int(m.group(2)) >= 4 and "FAILED" not in summary(out), summary(out)
+    reasons = summary(out)
+    assert "waits for paged_step (Part 2): " in reasons and "the logits differ from the contiguous forward" in reasons
+    assert "fix Part 2 first" in reasons and "Note:" not in out, reasons
+    assert f" {m.group(2)} skipped" in out.strip().splitlines()[-1], out.strip().splitlines()[-1]
+
+
+def test_a_part_4_bug_still_fails_while_part_2_is_broken(tmp_path):
+    """What a waiting test can check without Part 2 (the rules of fork on the tables and refcounts)
+    is checked first: a fork that takes no references fails Part 4's tests of fork and step alike."""
+    out = planted(tmp_path, [PART2_LOGITS, FORK_NO_INCREF], "-m", "copy_on_write")
+    failed = [ln.split()[1].split("[")[0].rstrip(":") for ln in summary(out).splitlines()
+              if ln.strip().startswith("FAILED")]
+    assert "test_fork_shares_every_block" in failed and "test_n_holders_make_n_minus_1_copies" in failed, summary(out)
+    assert "test_sharing_changes_no_result" in failed, summary(out)      # a script with steps, twin=True
+    assert re.search(r": \d+ passed, \d+ failed, \d+ skipped: ", part_line(out, 4)), part_line(out, 4)
+
+
+def test_a_stub_named_in_the_reason_is_the_one_that_is_missing(tmp_path):
+    """Issue 15 item 2: copy-on-write written in reserve, `fork` still a stub: the reason names fork,
+    not "copy_block, Part 1, or the copy in reserve, Part 4"."""
+    out = planted(tmp_path, [FORK_STUB], "-m", "paged_step")
+    line = part_line(out, 2)
+    assert re.search(r": \d+ passed, \d+ skipped: ", line), line
+    assert line.endswith("waits for copy-on-write: PagedSequence.fork (Part 4) is not implemented yet"), line
+    assert "copy_block" not in line and "FAILED" not in summary(out), line
+
+
+def test_a_pool_that_cannot_be_built_is_named_in_each_part(tmp_path):
+    """Issue 15 item 8: BlockPool(...) raises. Part 1's tests fail saying so; Part 5's (and every other
+    part's that needs a pool) are skipped naming the dependency and the part to fix first."""
+    out = planted(tmp_path, [POOL_RAISES], "-m", "allocator or prefix_cache or copy_on_write")
+    assert "FAILED test_new_pool_layout[TINY]: your BlockPool(...) raised RuntimeError: no pool today" in out, out[-3000:]
+    for n in (4, 5):
+        line = part_line(out, n)
+        assert re.search(r": 0 passed, \d+ skipped: this test needs a BlockPool first, and your BlockPool\(\.\.\.\) "
+                         r"raised RuntimeError: no pool today: fix Part 1 first$", line), line
+    assert "wrong form" not in out and "scenarios.py" not in out, out[-3000:]

@@ -6,8 +6,9 @@ Nothing here knows how to implement paged_kv: expected values come from the lab'
 `forward` with a KVCache, from hand-worked examples in the tests, or from rules the contract
 states about what one operation does to the state you can observe (rules.py, which the grader
 uses too). Each part's tests look only at what that part owns, so a bug in one part fails the
-tests of that part, not the others'; a comparison that needs another part working is skipped,
-with a note at the end of the run, while that part does not work yet.
+tests of that part, not the others'; a comparison that needs another part working is skipped
+(pytest.skip, with the reason: what failed in that part) while that part does not work yet, after
+everything the test can check without it.
 """
 import math
 
@@ -115,65 +116,116 @@ def _sum(a, b):
     return a + b if isinstance(a, int) and isinstance(b, int) else f"{a} + {b}"
 
 
-# ------------------------------------------------------------------------ notes on skipped checks
-NOTES = {}      # note -> how many comparisons it skipped; printed at the end of the run (conftest)
+# ------------------------------------------------------------------ comparisons that wait for a part
+def wait(reason):
+    """Skip the rest of this test, with the reason: what is left needs another part that does not
+    work yet. Everything the test can check without it has been checked (and a bug of this part
+    failed it); the results by part count it as skipped, with the reason (conftest)."""
+    pytest.skip(reason)
 
 
-def skipped(note):
-    NOTES[note] = NOTES.get(note, 0) + 1
+def stub_named(e):
+    """'PagedSequence.fork (Part 4) is not implemented yet' for a stub's NotImplementedError("TODO
+    Part 4: PagedSequence.fork"); None for any other error."""
+    text = e.args[0] if isinstance(e, NotImplementedError) and e.args and isinstance(e.args[0], str) else ""
+    head, _, name = text.partition(":")
+    if not head.startswith("TODO Part ") or not name.strip():
+        return None
+    return f"{name.strip()} ({head[len('TODO '):].replace(' (bonus)', '')}) is not implemented yet"
 
 
-_WORKS = {}
+def probe_failure(e):
+    """What a probe saw when it raised: the stub it reached, else the error."""
+    return stub_named(e) or f"it raised {type(e).__name__}: {str(e)[:200]}"
 
 
-def part2_works(pk):
-    """Whether paged_step gives the contiguous forward's logits and stores K/V through the tables on
-    a small script (two sequences on a pool whose first block the test holds). Part 4's comparisons
-    of logits, samples and savings need it; they are skipped, with a note, while it does not."""
+def _one_line(text):
+    return " ".join(str(text).split())[:300]
+
+
+_WORKS = {}     # probe -> None (works) or what failed
+
+
+def part2_problem(pk):
+    """None when paged_step gives the contiguous forward's logits and stores K/V through the tables on
+    a small script (two sequences on a pool whose first block the test holds), else what failed.
+    Part 4's comparisons of logits, samples and savings need it; they wait (are skipped) while it does not."""
     if "part2" not in _WORKS:
         actions = [["alloc"], ["new"], ["new"], ["step", [0, 1], [tokens(6, 1), tokens(3, 2)]],
                    ["step", [1, 0], [[5], [6]]], ["step", [0], [tokens(3, 3)]]]
         try:
-            records = sc.step_script(pk, n_blocks=12, block_size=4, actions=actions, record_kv=True)["records"]
-            base = Contiguous()
-            ok = all(rec["error"] is None for rec in records)
-            for rec in records:
-                expected = base.apply(rec)
-                ok = ok and (expected is None or all(explain.first_difference(e, g, TOL_LOGITS) is None
-                                                      for e, g in zip(expected, rec["result"])))
-            ok = ok and all(rules.kv_difference({"k": e[0], "v": e[1]}, g) is None
-                            for e, g in zip((base.kv(s) for s in range(2)), records[-1]["kv"]))
-        except Exception:  # noqa: BLE001  (not implemented, or broken: either way it does not work)
-            ok = False
-        _WORKS["part2"] = ok
+            _WORKS["part2"] = _part2_problem(pk, actions)
+        except Exception as e:  # noqa: BLE001  (not implemented, or broken: either way it does not work)
+            _WORKS["part2"] = probe_failure(e)
     return _WORKS["part2"]
 
 
-NEEDS_PART2 = "paged_step (Part 2) does not give the contiguous forward's logits yet: fix Part 2 first"
+def _part2_problem(pk, actions):
+    records = sc.step_script(pk, n_blocks=12, block_size=4, actions=actions, record_kv=True)["records"]
+    base = Contiguous()
+    for i, rec in enumerate(records):
+        if rec["error"] is not None:
+            return f"{where(records, i)}, it raised {error_text(rec['error'])}"
+        expected = base.apply(rec)
+        for e, g in zip(expected, rec["result"]) if expected is not None else ():
+            diff = explain.first_difference(e, g, TOL_LOGITS)
+            if diff is not None:
+                return f"{where(records, i)}, the logits differ from the contiguous forward: {_one_line(diff)}"
+    for s in range(2):
+        why = rules.kv_difference(dict(zip("kv", base.kv(s))), records[-1]["kv"][s])
+        if why:
+            return f"seq {s}'s K/V read through its table differ from the contiguous cache: {_one_line(why)}"
+    return None
 
 
-def copies_work(pk):
-    """Whether copy-on-write works on a small script without paged_step (a shared, partly filled
-    block written by its three holders in turn): copy_block (Part 1) and reserve's copy (Part 4).
-    Part 2's tests of a step that must copy need it; they are skipped, with a note, while it does not."""
+def part2_works(pk):
+    return part2_problem(pk) is None
+
+
+def needs_part2(pk, what="this comparison"):
+    return f"{what} waits for paged_step (Part 2): {part2_problem(pk)}; fix Part 2 first"
+
+
+def copies_problem(pk):
+    """None when copy-on-write works on a small script without paged_step (a shared, partly filled
+    block written by its three holders in turn: fork, reserve's copy, copy_block), else what failed.
+    Part 2's tests of a step that must copy need it; they wait (are skipped) while it does not."""
     if "copies" not in _WORKS:
         actions = [["new"], ["grow", 0, 6, 1], ["fork", 0], ["fork", 0], ["grow", 1, 1, 2], ["grow", 2, 1, 3],
                    ["grow", 0, 1, 4]]
         try:
-            records = sc.sharing_script(pk, n_blocks=12, block_size=4, actions=actions)["records"]
-            stored = Stored()
-            ok = all(r["error"] is None for r in records) and rules.sharing_violation(records, 4) is None
-            for rec in records:
-                stored.apply(rec["op"])
-                ok = ok and all(rules.kv_difference(stored.kv(s), g) is None for s, g in enumerate(rec["kv"]))
-        except Exception:  # noqa: BLE001
-            ok = False
-        _WORKS["copies"] = ok
+            _WORKS["copies"] = _copies_problem(pk, actions)
+        except Exception as e:  # noqa: BLE001
+            _WORKS["copies"] = probe_failure(e)
     return _WORKS["copies"]
 
 
-NEEDS_COPIES = ("copy-on-write does not work yet (pool.copy_block, Part 1, or the copy in reserve, Part 4): "
-                "the tests of a step that must copy a shared block wait for it")
+def _copies_problem(pk, actions):
+    result = sc.sharing_script(pk, n_blocks=12, block_size=4, actions=actions)
+    records = result["records"]
+    for i, rec in enumerate(records):
+        if rec["error"] is not None:
+            return f"{where(records, i)}, it raised {error_text(rec['error'])}"
+    broken = rules.sharing_violation(records, 4)
+    if broken:
+        return _one_line(broken + _copy_note(result))
+    stored = Stored()
+    for i, rec in enumerate(records):
+        stored.apply(rec["op"])
+        for s, got in enumerate(rec["kv"]):
+            why = rules.kv_difference(stored.kv(s), got)
+            if why:
+                return _one_line(f"{where(records, i)}, seq {s}'s K/V differ from what the test stored: {why}"
+                                 + _copy_note(result))
+    return None
+
+
+def copies_work(pk):
+    return copies_problem(pk) is None
+
+
+def needs_copies(pk):
+    return f"the rest of this script copies a shared block, so it waits for copy-on-write: {copies_problem(pk)}"
 
 
 # ------------------------------------------------------------------------------- Part 2: steps
@@ -229,9 +281,9 @@ def run_steps(pk, actions, block_size, n_blocks=16, cfg=None, section=None, reco
     errors = errors or {}
     short = rules.short_table(records, block_size)
     shared = next((i for i, r in enumerate(records) if r["op"][0] in ("share", "mirror")), len(records))
+    waits = shared < len(records) - 1 and not copies_work(pk)
     for i in range(len(records)):
-        if i > shared and not copies_work(pk):
-            skipped(NEEDS_COPIES)
+        if i > shared and waits:
             break
         if i in errors:
             raised(records, i, *errors[i], section, block_size)
@@ -242,6 +294,8 @@ def run_steps(pk, actions, block_size, n_blocks=16, cfg=None, section=None, reco
             succeeded(records, i, section)
     against_contiguous(records, block_size, cfg, kw.get("param_seed", 0), section)
     table_shapes(records, block_size, section)
+    if waits:
+        wait(needs_copies(pk))
     result["contract"] = contract_order(n_blocks, actions)
     return result
 
@@ -356,7 +410,7 @@ def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, 
     contract's rules for fork, free and copy-on-write hold on the tables and refcounts your pool
     shows (rules.sharing_violation); in a "grow" script every sequence reads back, through its table,
     exactly the K/V the test stored; with twin=True (steps), sharing changes no logits and no K/V
-    (skipped, with a note, while Part 2 does not work). Returns the result."""
+    (skipped, with the reason, while Part 2 does not work). Returns the result."""
     result = sc.sharing_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin, **kw)
     records = result["records"]
     part2 = not twin or part2_works(pk)
@@ -376,7 +430,7 @@ def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, 
                     fail(f"{where(records, i)}: seq {s}'s K/V read from pool storage through its table differ from "
                          f"what the test stored: {why}\n{picture(rec, block_size)}" + _copy_note(result), section)
     elif not part2:
-        skipped(NEEDS_PART2)
+        wait(needs_part2(pk, "the comparison with the same script without sharing"))
     else:
         for i, (rec, alone) in enumerate(zip(records, result["twin"])):
             if rec["op"][0] == "step":
@@ -397,15 +451,12 @@ def _copy_note(result):
 
 
 # ------------------------------------------------------------------------- Part 5 (bonus): the cache
-NEEDS_PART2_FOR_CACHE = ("paged_step (Part 2) does not give the contiguous forward's logits yet, and cached_prefill "
-                         "computes with it: the Part 5 tests that prefill wait for it")
-
-
 def bonus_attempted(pk):
     """Part 5 is a bonus: a file without PrefixCache and cached_prefill (written before Part 5, or
     without it) skips its tests with one reason instead of failing them."""
     if not hasattr(pk, "PrefixCache") and not hasattr(pk, "cached_prefill"):
-        pytest.skip("bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill")
+        import labtool
+        pytest.skip(labtool.BONUS_NOT_ATTEMPTED[labtool.BONUS_ABSENT])
     missing = [n for n in ("PrefixCache", "cached_prefill") if not hasattr(pk, n)]
     if missing:
         fail(f"Part 5 (bonus) is half there: paged_kv.py does not define {', '.join(missing)}")
@@ -417,16 +468,16 @@ def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, 
     other action succeeds; the cache holds one reference on each block it caches and none on others;
     with twin=True every request's logits equal your own prefill of the same prompt without the cache.
     Returns rules.part5_view, where blocks are named by what they were made for ("1.2" = block 2 of
-    seq 1), or None when a request needs paged_step and Part 2 does not work yet (the comparisons are
-    skipped, with a note; a stub still fails the test: "not implemented yet")."""
+    seq 1). A request prefills with paged_step: while Part 2 does not work, the actions before the
+    first request are checked and the rest of the test is skipped, with the reason (a stub still
+    fails the test: "not implemented yet")."""
     result = sc.prefix_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin)
-    if any(a[0] == "request" for a in actions) and not part2_works(pk):
-        skipped(NEEDS_PART2_FOR_CACHE)
-        return None
     records, errors = result["records"], errors or {}
+    first_request = next((i for i, a in enumerate(actions) if a[0] == "request"), len(actions))
+    checked = len(records) if first_request == len(actions) or part2_works(pk) else first_request
     said = explain.describe_prefix_actions(actions)
     try:
-        view = rules.part5_view(result, block_size)
+        view = rules.part5_view({**result, "records": records[:checked]}, block_size)
     except (KeyError, TypeError, ValueError) as e:
         fail(f"the cache's state could not be read: {e} (are refcount(), n_cached and n_hit_tokens integers?)", section)
     for i, (rec, row) in enumerate(zip(records, view)):
@@ -448,4 +499,6 @@ def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, 
             if why:
                 fail(f"{where_}: its logits differ from your own prefill of the same prompt without the cache "
                      f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}", section)
+    if checked < len(records):
+        wait(needs_part2(pk, "the rest of this test (cached_prefill computes with paged_step)"))
     return view

@@ -49,7 +49,6 @@ FORK = ("PagedSequence", "fork", 4)          # Part 4's method lives on the Part
 BONUS_FUNCTIONS = {"cached_prefill": (5, ("params", "cfg", "seq", "prompt", "cache"))}
 BONUS_CLASSES = {"PrefixCache": (5, {"__init__": ("pool",), "lookup": ("tokens",), "insert": ("tokens", "blocks"),
                                      "evict": ("n",)})}
-BONUS_TODO = "TODO Part 5"                   # what the starter's Part 5 stubs raise: "TODO Part 5 (bonus): ..."
 
 
 class ImplError(Exception):
@@ -134,38 +133,23 @@ BONUS_NOT_ATTEMPTED = {            # the one reason each says, everywhere
 
 def bonus_state(module):
     """BONUS_ABSENT, BONUS_INCOMPLETE, BONUS_STUBBED or BONUS_ATTEMPTED, decided from what the module
-    defines and does, not from its text: a stub is a function that raises the starter's TODO."""
+    defines and does, not from its text: a stub is a function that raises the starter's TODO
+    (scenarios.bonus_stub, which the grader's sandbox runs too)."""
     problems = bonus_problems(module)
     if problems is None:
         return BONUS_ABSENT
     if problems:
         return BONUS_INCOMPLETE
-    return BONUS_STUBBED if all(_raises_bonus_todo(call) for call in _bonus_entry_points(module)) else BONUS_ATTEMPTED
+    return BONUS_STUBBED if _scenarios().bonus_stub(module) is not None else BONUS_ATTEMPTED
 
 
-def _bonus_entry_points(module):
-    """Every Part 5 entry point as a call on placeholders, methods on an instance whose __init__
-    never ran: a stub raises before it reads anything, and written code fails (or returns) at once
-    without touching any state of the student's."""
-    cls = module.PrefixCache
-    try:
-        bare = cls.__new__(cls)
-    except Exception:  # noqa: BLE001  (a class that cannot be made bare is not the starter's)
-        return [lambda: None]
-    return [lambda: cls.__init__(bare, None), lambda: bare.n_cached, lambda: cls.lookup(bare, [0]),
-            lambda: cls.insert(bare, [0], [0]), lambda: cls.evict(bare, 0),
-            lambda: module.cached_prefill(None, None, None, [0], bare)]
-
-
-def _raises_bonus_todo(call):
-    """Whether call() raises NotImplementedError("TODO Part 5 ..."), as the starter's stubs do."""
-    try:
-        call()
-    except NotImplementedError as e:
-        return bool(e.args) and isinstance(e.args[0], str) and e.args[0].startswith(BONUS_TODO)
-    except Exception:  # noqa: BLE001  (written code given placeholders)
-        return False
-    return False
+def _scenarios():
+    """tests/scenarios.py (it needs lab/ on sys.path), the code the public tests and the grader share."""
+    for d in (str(TESTS), str(LAB)):
+        if d not in sys.path:
+            sys.path.append(d)
+    import scenarios
+    return scenarios
 
 
 def bonus_line(module):
@@ -340,7 +324,7 @@ def cmd_submit(args):
     if before is not None and before != path.read_bytes():
         print(f"Note: {shown(out)} was there already, with another {FILE} ({len(before):,} bytes): it is replaced.")
     attempted = module is not None and bonus_state(module) == BONUS_ATTEMPTED
-    left = [t for t in todos(path) if attempted or not t.startswith(BONUS_TODO)]
+    left = [t for t in todos(path) if attempted or not t.startswith(_scenarios().BONUS_TODO)]
     if left:
         parts = sorted({t.split(":")[0].replace("TODO ", "") for t in left})
         which = "; ".join(left) if len(left) <= 3 else ", ".join(parts)

@@ -163,6 +163,8 @@ class Grading:
         data = reply.data
         if not isinstance(data, list) or len(data) != len(self.plans[check_id]):
             pytest.fail("the worker's answer has the wrong form (was the scenario code tampered with?)", pytrace=False)
+        if _unbuilt(data[i]):
+            pytest.fail(_unbuilt(data[i], rubric.CHECKS[check_id].part), pytrace=False)
         return self.expected[check_id][i], data[i]
 
     def message(self, check_id, i):
@@ -226,6 +228,23 @@ def _no_answer(reply, part_no):
     if reply.status == "import_error":      # the probe already said why; here it could carry chosen line numbers
         return f"your code {what} in this call"
     return f"your code {what}: {reply.error}" if reply.error else f"your code {what}"
+
+
+def _unbuilt(got, part=None):
+    """For an answer saying the scenario could not build what it needs (scenarios.Unbuilt: its name,
+    one of scenarios.UNBUILT, and the error's kind, both checked here), what to fix first; else ""."""
+    if not (isinstance(got, dict) and set(got) == {"unbuilt", "kind"} and type(got["unbuilt"]) is str
+            and got["unbuilt"] in scenarios.UNBUILT):
+        return ""
+    what, owner = got["unbuilt"], rubric.PARTS[scenarios.UNBUILT[got["unbuilt"]] - 1]
+    kind = got["kind"] if type(got["kind"]) is str and got["kind"] in KINDS else "an exception"
+    if part == owner:
+        return f"your {what}(...) raised {kind}: every case of this check starts with it"
+    return (f"your {what}(...) raised {kind}, and this check needs one before it can test anything: "
+            f"fix Part {scenarios.UNBUILT[what]} ({what}) first")
+
+
+KINDS = ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError", "AttributeError")   # scenarios.error_kind
 
 
 def pytest_collection_finish(session):
