@@ -18,7 +18,7 @@ help:
 	@echo "make batch DIR=d [JOBS=2] [SEED=n]  grade a class folder into build/gradebook.csv, feedback files and"
 	@echo "                           build/gradebook.html (rerun to resume); SEED: one seed for all"
 	@echo "make regrade DIR=d NAME=n [SEED=n]  grade submission n of the batch again, exactly as the batch did"
-	@echo "make similarity DIR=d      pairwise similarity (copydetect, into build/staff-venv on first use)"
+	@echo "make similarity DIR=d [OUT=build/similarity.html]  pairwise similarity (copydetect, into build/staff-venv on first use)"
 	@echo "make browser-check [REPORT=build/gradebook.html]  open the class report in headless chromium"
 	@echo "make autograder [FEEDBACK=full|brief|points]  build/autograder.zip for Gradescope"
 	@echo "make gradescope-sim [SUITES=\"bookworm bullseye\"]  as root: the autograder in fresh Debian roots"
@@ -68,10 +68,11 @@ $(STAFF_VENV)/.ready:
 	  echo "make similarity: could not install copydetect into $(STAFF_VENV) (pip needs PyPI or a mirror)"; exit 2; }
 	touch $@
 
+OUT ?= build/similarity.html
 similarity:
 	$(NEED_DIR)
 	@$(MAKE) --no-print-directory $(STAFF_VENV)/.ready
-	$(STAFF_VENV)/bin/python -m grader.similarity $(DIR) --out build/similarity.html
+	$(STAFF_VENV)/bin/python -m grader.similarity $(DIR) --out $(OUT)
 
 REPORT ?= build/gradebook.html
 browser-check:

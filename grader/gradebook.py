@@ -18,6 +18,11 @@ and most LMS imports look for it), then one row per submission:
     seed             the seed of the hidden inputs (regrading with it reproduces the row)
 
 The three bonus columns exist only while the bonus is on (rubric.BONUS).
+
+Names, ids and flags come from the submissions, so a cell may start like a spreadsheet formula
+(=, +, -, @, a tab or a carriage return: a file named `=HYPERLINK(...).py`). As OWASP advises
+against CSV injection, such a text cell is written with a leading ' (what a spreadsheet shows as
+text and hides), and every text cell is wrapped in double quotes; numbers stay bare numbers.
 """
 import csv
 import json
@@ -28,6 +33,7 @@ from grader import report, rubric
 from grader.integrity import untouched
 
 POINTS_ROW = "Points Possible"
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\0")
 
 
 def fields():
@@ -89,15 +95,20 @@ def row(name, results, *, error="", student="", flags=(), from_zip=False, seed="
     return out
 
 
+def cell(value):
+    """A text cell no spreadsheet reads as a formula: one that starts like one gets a leading '."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def write(path, rows):
     """The gradebook, written atomically (a reader never sees half of it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.writing")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields())
+        w = csv.DictWriter(f, fieldnames=fields(), quoting=csv.QUOTE_NONNUMERIC)
         w.writeheader()
         w.writerow(points_row())
         for r in rows:
-            w.writerow(r)
+            w.writerow({k: cell(v) for k, v in r.items()})
     os.replace(tmp, path)

@@ -4,7 +4,6 @@ must stay meaningful (steps that just fit), the scenario counts it on the state 
 random scripts are drawn from the contract's rules alone (scenarios.random_pool_ops)."""
 from collections import namedtuple
 
-import numpy as np
 
 Case = namedtuple("Case", "name scenario inputs")   # one scenario call; `name` is shown in feedback
 

@@ -112,7 +112,19 @@ def plan_all_or_nothing(rng):
     actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, B + 1), tokens(rng, 2 * B)]], ["share", 0],
                ["miss", [1, 0], [tokens(rng, 1), tokens(rng, 1)]]]
     cases.append(step_case(f"a copy that does not fit, block size {B}", actions, n_blocks=24, block_size=B))
+    cases.append(bare_reserve_case(rng))
     return cases
+
+
+def bare_reserve_case(rng):
+    """reserve alone, one block short while some are free: it must take none of them (a reserve that
+    allocates block by block keeps what it got); then what does fit, exactly, and a step into it."""
+    B, held, free = pick(rng, (2, 3, 4, 5)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    L = B + int(rng.integers(1, B))                     # two blocks, the second partly filled
+    short = (free + 2) * B - L + int(rng.integers(1, B + 1))     # needs free + 1 new blocks
+    actions = [["alloc"]] * held + [["new"], ["step", [0], [tokens(rng, L)]],
+                                    ["reserve", 0, short], ["reserve", 0, short - B], ["step", [0], [tokens(rng, 1)]]]
+    return step_case(f"a reserve that does not fit, block size {B}", actions, n_blocks=held + 2 + free, block_size=B)
 
 
 def plan_exact_count(rng):

@@ -100,11 +100,27 @@ def plan_eviction(rng):
                ["lookup", P + Q + R3 + W + t],                            # no cascade: 2.2, 2.3 cached, unreachable
                ["seq", P + Q, seed(rng)], ["insert", 3], ["lookup", P + Q + R3 + W + t],
                ["release", 2], ["release", 3], ["evict", 1], ["evict", 2], ["evict", 9]]
-    cases = [prefix_case(f"a hand-made script, block size {B}", actions, B)]
+    cases = [prefix_case(f"a hand-made script, block size {B}", actions, B), skipped_key_case(rng)]
     for i in range(2):
         B = pick(rng, (1, 2, 3, 4))
         cases.append(prefix_case(f"random script {i + 1}, block size {B}", random_eviction_script(rng, B), B))
     return cases
+
+
+def skipped_key_case(rng):
+    """An insert that skips a key (its block caches another key) still counts the cached block of every
+    other full block as used, those before the skipped one included."""
+    B = pick(rng, (2, 3, 4, 5))
+    P, Q, R, Y, Z = (tokens(rng, B) for _ in range(5))
+    X, W = other(rng, P[0], B), other(rng, Q[0], B)
+    t = tokens(rng, 1)
+    actions = [["seq", P + Q + R + t, seed(rng)], ["insert", 0],          # oldest first: 0.2 0.1 0.0
+               ["seq", X + Y, seed(rng)], ["insert", 1],                  # 0.2 0.1 0.0 1.1 1.0
+               ["seq", P + W + Z + t, seed(rng)],
+               ["insert", 2, 3 * B, [[0, 0], [1, 1], 2]],                 # P W skipped (1.1 caches X Y), P W Z
+               ["release", 0], ["release", 1], ["release", 2],            # cached as 2.2: 0.2 0.1 1.1 1.0 2.2 0.0
+               *[["evict", 1]] * 7]
+    return prefix_case(f"an insert that skips a key, block size {B}", actions, B)
 
 
 def random_eviction_script(rng, B, length=40):

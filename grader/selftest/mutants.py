@@ -602,6 +602,15 @@ MUTANTS += [
       "first, orphaning the rest. Verified: after one request of 3 cached blocks, evict(1) releases block 0 "
       "(contract: the tail, block 2).",
       (("        for key in reversed(keys):", "        for key in keys:"),), "pc_eviction"),
+    M("recency_stops_at_skipped_key", "prefix_cache",
+      "insert's use walks the chain from the deepest block down and stops at the first key left uncached (as "
+      "lookup stops at a miss), so when a key was skipped the blocks before it are not counted as used. "
+      "Verified: P Q R cached (blocks 0 1 2), X Y cached (3 4), then insert(P W Z, [0, 4, 7]) skips P W (block 4 "
+      "caches X Y) and caches P W Z in 7: evict(1) until nothing goes, after every sequence is freed, releases "
+      "2 1 0 4 3 7 (contract: 2 1 4 3 7 0: P W Z's use counts P's block 0 as used, newest).",
+      (("            if key in self._block:\n                self._lru.move_to_end(self._block[key])\n",
+        "            if key not in self._block:\n                break\n"
+        "            self._lru.move_to_end(self._block[key])\n"),), "pc_eviction"),
     M("evict_most_recent_first", "prefix_cache",
       "evict takes the most recently used blocks first (the order list read from the wrong end). Verified: A "
       "then B (A's first 8 tokens and 5 more) prefilled and freed: evict(1) releases block 0, the head both "

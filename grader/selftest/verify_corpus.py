@@ -910,6 +910,21 @@ def pc_eviction(pk, ref):
     _release(pool, s)
     check(int(cache.evict(10)) == 2 and int(cache.n_cached) == 1 and pool.refcount(t[2]) == 2,
           "evict(10) releases the 2 blocks only the cache holds; P Q R's block stays cached (no cascade)")
+    # a skipped key: the cached blocks of the other full blocks still count as used, those before it too
+    pool = pk.BlockPool(ODD, 16, 4)
+    cache = pk.PrefixCache(pool)
+    P, Q, R, X, Y, W, Z = (toks(4, ODD, 100 + i) for i in range(7))
+    a, x = _own_blocks(pk, pool, P + Q + R), _own_blocks(pk, pool, X + Y)   # 0 1 2, 3 4
+    cache.insert(P + Q + R, a)
+    cache.insert(X + Y, x)                                                     # 2 1 0 4 3
+    c = _own_blocks(pk, pool, P + W + Z)                                       # 5 6 7
+    check(int(cache.insert(P + W + Z, [a[0], x[1], c[2]])) == 1, "insert of P W Z with P W's block caching X Y: "
+                                                                 "P W is skipped, P W Z cached")
+    for s in (a, x, c):
+        _release(pool, s)
+    got = _evicted_in_order(pool, cache)
+    check(got == [2, 1, 4, 3, 7, 0], f"eviction order {got} after an insert that skipped a key, expected "
+                                     "[2, 1, 4, 3, 7, 0] (P W Z's use counts P's block 0 too)")
 
 
 @register("prefix_cache")
