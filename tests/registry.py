@@ -19,7 +19,8 @@ Name = namedtuple("Name", "kind dotted args")
 # A part. id: its pytest marker, check-id prefix and Gradescope tag; title(_zh): its section's
 # title without "Part N: "; summary(_zh): its row of the assignment's first table; names: the
 # contract names it owns, in the order problems are reported (the top-level ones first for a bonus:
-# a file without any of them has not attempted it).
+# a file without any of them has not attempted it); test_file: its public tests in tests/ (its
+# hidden suite in grader/hidden/ has the same name).
 Part = namedtuple("Part", "id number title title_zh summary summary_zh bonus names test_file")
 Check = namedtuple("Check", "id part points title title_zh")
 REEXPORTED_FROM = "decoding"     # the module the starter imports the reexports from
