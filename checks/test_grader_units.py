@@ -192,8 +192,8 @@ BONUS_LABEL = "Part 5 (bonus): shared prefix across requests (extra credit)"
 def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_on):
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
     data = report.results_json(everything, report.student_output(everything), 1.0)
-    assert rubric.BONUS_PARTS == ("prefix_cache",) and rubric.BONUS_TOTAL == 10
-    assert data["score"] == 110 and data["max_score"] == 100
+    assert "prefix_cache" in rubric.BONUS_PARTS and rubric.part_points("prefix_cache") == 10
+    assert data["score"] == 100 + rubric.BONUS_TOTAL and data["max_score"] == 100     # another bonus part adds its own
     bonus = [t for t in data["tests"] if t["tags"] == ["prefix_cache"]]
     assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == \
         [(f"5.{i}", c.points, c.points) for i, c in enumerate(
@@ -273,7 +273,7 @@ def test_a_bonus_switched_off_leaves_exactly_parts_1_to_4(bonus_off):
     assert rubric.SWITCHED_OFF == {cid for cid in registry.CHECKS if cid.startswith("prefix_cache.")}
     rows = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
     data = report.results_json(rows, report.student_output(rows), 1.0)
-    assert data["score"] == 100 and len(data["tests"]) == 28
+    assert data["score"] == 100 and len(data["tests"]) == len(rubric.CHECKS)
     assert "extra credit" not in report.student_output(rows) + report.table(rows, "h")
     assert "Part 5" not in report.student_output(rows) and "prefix_cache" not in report.table(rows, "h")
     from grader import gradebook
