@@ -183,13 +183,14 @@ def test_a_throwaway_bonus_part_6(copy):
     assert results["score"] == 111 and [(t["number"], t["score"]) for t in frob] == [("6.1", 1)], results["output"]
     starter = grade(copy, "starter/paged_kv.py")
     assert starter["score"] == 0 and "Part 6 (bonus): doubling (extra credit)" in starter["output"]
-    assert 'every Part 6 check stopped at a stub that still raises NotImplementedError("TODO Part 6' in \
-        json.dumps(starter["extra_data"]), starter["extra_data"]
+    assert starter["extra_data"]["bonus"]["frob"].startswith(
+        'bonus not attempted: every Part 6 check stopped at a stub that still raises NotImplementedError("TODO Part 6'), \
+        starter["extra_data"]
     r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "frob")
     assert r.returncode == 0 and "Part 6 (bonus): doubling (frob, extra credit): 1 of 1 passed" in r.stdout, \
         r.stdout[-2000:]
     r = run(copy, sys.executable, "-m", "pytest", "-q", "checks/test_tables.py", "checks/test_handout_sync.py",
-            "checks/test_handout.py", "checks/test_grader_units.py", "-m", "not slow")
+            "checks/test_handout.py", "-m", "not slow")
     assert r.returncode == 0, r.stdout[-2000:]
     off = run(copy, sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import build_handout as b; "
               "print(b.without_bonus_python(open('starter/paged_kv.py').read()))")
