@@ -6,8 +6,9 @@ Everything here happens in a process the submission controls once its code runs,
 trusted by the grader: the reply is only data, checked by the trusted side (sandbox.py + wire.py).
 The order matters only for what the submission could see or take:
 
-1. read the whole request (wire frame on stdin), import registry.py (the part numbers) and numpy: what goes wrong until here (a
-   broken runtime) is said on fd 2, which the sandbox keeps for staff, never for a student;
+1. read the whole request (wire frame on stdin), import registry.py (the part numbers) and numpy:
+   what goes wrong until here (a broken runtime) is said on fd 2, which the sandbox keeps for
+   staff, never for a student;
 2. point fds 0, 1 and 2 at /dev/null before any submission code runs: its prints go nowhere and
    cannot be mistaken for a reply (the reply goes to its own pipe, REPLY_FD);
 3. write wire.STARTED on REPLY_FD: from then on a death may be the submission's doing; until then it

@@ -145,7 +145,8 @@ BONUS_STUBBED = "stubbed"          # every entry point still raises the starter'
 BONUS_ATTEMPTED = "attempted"
 BONUS_NOT_ATTEMPTED = {            # the one reason each says, everywhere
     BONUS_ABSENT: f"bonus not attempted: paged_kv.py defines no {' and no '.join(registry.top_names(BONUS_PART))}",
-    BONUS_STUBBED: f'bonus not attempted: its stubs still raise NotImplementedError("{registry.todo_prefix(BONUS_PART)} ...")',
+    BONUS_STUBBED: "bonus not attempted: its stubs still raise "
+                   f'NotImplementedError("{registry.todo_prefix(BONUS_PART)} ...")',
 } if BONUS_PART else {}
 
 
