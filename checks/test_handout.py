@@ -98,7 +98,7 @@ def test_handout_holds_no_staff_files():
     bad = [n for n in names if set(Path(n).parts) & set(FORBIDDEN_DIRS) or n.endswith(".pyc")]
     assert not bad, f"staff-only files in the handout: {bad}"
     for must in ("starter/paged_kv.py", "assignment.md", "Makefile", "README.md", "requirements.txt",
-                 "tools/labtool.py", "tools/check_python.py", "tests/conftest.py", "tests/pytest.ini",
+                 "tools/labtool.py", "tools/check_python.py", "tests/conftest.py", "tests/pytest.ini", "tests/registry.py",
                  "lab/transformer_lab.py"):
         assert must in names, f"{must} is missing from the handout"
 
