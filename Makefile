@@ -5,12 +5,14 @@ PY     := $(VENV)/bin/python
 IMPL   ?= starter
 PART   ?=
 SUBMISSION ?= solution/paged_kv.py
+# The parts, from tests/registry.py (evaluated only where used: make help).
+PART_IDS = $(shell $(PYTHON) -c "import sys; sys.path.insert(0, 'tests'); import registry; print('|'.join(p.id for p in registry.PARTS))")
 
 .PHONY: help test demo submit handout grade batch regrade similarity browser-check autograder gradescope-sim check selftest bench clean
 
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
-	@echo "make test [IMPL=dir] [PART=allocator|paged_step|blockwise_attention|copy_on_write|prefix_cache]"
+	@echo "make test [IMPL=dir] [PART=$(PART_IDS)]"
 	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
 	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another dir: build/submission-dir.zip)"
 	@echo "make handout               build/handout.zip for students"

@@ -98,7 +98,7 @@ def test_handout_holds_no_staff_files():
     bad = [n for n in names if set(Path(n).parts) & set(FORBIDDEN_DIRS) or n.endswith(".pyc")]
     assert not bad, f"staff-only files in the handout: {bad}"
     for must in ("starter/paged_kv.py", "assignment.md", "Makefile", "README.md", "requirements.txt",
-                 "tools/labtool.py", "tools/check_python.py", "tests/conftest.py", "tests/pytest.ini",
+                 "tools/labtool.py", "tools/check_python.py", "tests/conftest.py", "tests/pytest.ini", "tests/registry.py",
                  "lab/transformer_lab.py"):
         assert must in names, f"{must} is missing from the handout"
 
@@ -336,7 +336,8 @@ def test_the_bonus_table_equals_the_bonus_rubric():
     checks, totals = grading_table(header=BONUS_TABLE)
     bonus = [c for c in rubric._checks(True).values() if c.part not in rubric.PARTS]
     assert checks == [(c.part, c.title, c.points) for c in bonus]
-    assert totals == [("prefix_cache", sum(c.points for c in bonus))] == [("prefix_cache", 10)]
+    assert totals == [(p, sum(c.points for c in bonus if c.part == p)) for p in dict.fromkeys(c.part for c in bonus)]
+    assert ("prefix_cache", 10) in totals
 
 
 def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path):
@@ -345,7 +346,7 @@ def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path)
     off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
     on = unpack(build_handout.build(tmp_path / "on.zip", bonus=True), tmp_path / "on")
     text, starter = (off / "assignment.md").read_text(), (off / "starter" / "paged_kv.py").read_text()
-    for word in ("Part 5", "bonus", "Bonus", "prefix_cache", "PrefixCache", "cached_prefill", "extra credit", "<!--"):
+    for word in ("Part 5", "bonus", "Bonus", "prefix_cache", "PrefixCache", "cached_prefill", "extra credit"):
         assert word not in text, word
     for word in ("Part 5", "PrefixCache", "cached_prefill", "bonus"):
         assert word not in starter, word
@@ -359,9 +360,10 @@ def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path)
     assert checks == [(c.part, c.title, c.points) for c in rubric._checks(False).values()]
     assert totals == [(p, rubric.part_points(p)) for p in rubric.PARTS] + [("", 100)]
     assert grading_table(text, BONUS_TABLE) is None
+    bonus_tests = {p.test_file for p in rubric.registry.bonus()}       # tests/test_prefix_cache.py, ...
     assert not (off / "tests" / "test_prefix_cache.py").exists() and (on / "tests" / "test_prefix_cache.py").exists()
     assert sorted(p.relative_to(off) for p in off.rglob("*")) == \
-        sorted(p.relative_to(on) for p in on.rglob("*") if p.name != "test_prefix_cache.py")
+        sorted(p.relative_to(on) for p in on.rglob("*") if p.name not in bonus_tests)
     assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
     assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
     assert "DEMOS.append(demo5_prefix_cache)" in (on / "lab" / "demo.py").read_text()

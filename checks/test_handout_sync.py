@@ -12,11 +12,8 @@ Every Chinese heading is preceded by an anchor naming the English heading it tra
   - a picture may have its labels translated: a block the Chinese edition fences as ```text where
     the English fence has no language; it must have as many lines, and on each line the same
     numbers, [cells], "quoted strings" and calls f(...), in the same order;
-  - the grading tables: the Chinese table of Parts 1-4 and its extra-credit table (the bonus
-    checks) have the rubric's rows (part, points) in the rubric's order, with the titles of
-    grader/rubric_zh.py, which has one for every check of the rubric, bonus included whether or not
-    rubric.BONUS switches it on; their totals equal the English tables' (which
-    checks/test_handout.py tests equal to the rubric);
+  - the grading tables are not compared here: tools/tables.py writes both editions' from
+    tests/registry.py, and checks/test_tables.py keeps the committed ones equal to them;
   - with the bonus switched off, the handout's two editions (bonus regions stripped by
     tools/build_handout.py) still agree, and the Chinese one has no bonus text left.
 Each comparison is proven able to fail on modified copies of the real files.
@@ -34,15 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 import build_handout  # noqa: E402
-from grader import rubric, rubric_zh  # noqa: E402
-from test_handout import BONUS_TABLE, grading_table  # noqa: E402    the one parser of grading tables
+from grader import rubric  # noqa: E402
+from test_handout import grading_table  # noqa: E402    the one parser of grading tables
 
 EN, ZH = ROOT / "assignment.md", ROOT / "assignment.zh-CN.md"
 README = ROOT / "handout" / "README.md"
 README_EN_START = "## English"                # the README: Chinese half first, this line starts the English
 ZH_TABLE_HEADER = "| Part | 检查项 | 分数 |"
 ZH_BONUS_TABLE = "| 加分题 Part | 检查项 | 额外分数 |"   # the extra-credit table, in a bonus region
-EN_TABLE_HEADER = "| Part | Check | Points |"
 BONUS_MARKERS = ("<!-- bonus -->", "<!-- /bonus -->")     # a line each; see tools/build_handout.py
 
 ANCHOR = re.compile(r"<!-- en: (#{1,6} .+?) -->")
@@ -185,44 +181,8 @@ def edition_problems(en_text, zh_text):
     return problems
 
 
-GRADING_TABLES = (("grading table", EN_TABLE_HEADER, ZH_TABLE_HEADER, False),    # (name, headers, bonus?)
-                  ("extra-credit table", BONUS_TABLE, ZH_BONUS_TABLE, True))
-
-
-def grading_problems(en_text, zh_text, checks=None, titles=None):
-    """How the Chinese grading tables differ from the rubric (with the Chinese titles) and from
-    the English tables' totals: the table of Parts 1-4 (rubric.PARTS) and the extra-credit table
-    (every other part). `checks`: the checks the tables must list; by default every check of the
-    rubric, bonus included whether or not rubric.BONUS is on (the editions hold both tables, and
-    the handout build strips the extra-credit one when it is off)."""
-    checks = rubric._checks(True) if checks is None else checks
-    titles = rubric_zh.TITLES if titles is None else titles
-    problems = [f"grader/rubric_zh.py has no Chinese title for {cid}" for cid in checks if not titles.get(cid)]
-    for what, en_header, zh_header, bonus in GRADING_TABLES:
-        want = [(c.part, titles.get(c.id), c.points) for c in checks.values() if (c.part not in rubric.PARTS) == bonus]
-        try:
-            zh_table = grading_table(zh_text, zh_header)
-        except ValueError as e:
-            problems.append(f"the Chinese {what} (header {zh_header!r}) cannot be read: {e}")
-            continue
-        if zh_table is None:
-            if want:
-                problems.append(f"the Chinese {what} (header {zh_header!r}) is missing")
-            continue
-        zh_rows, zh_totals = zh_table
-        en_table = grading_table(en_text, en_header)
-        en_totals = en_table and en_table[1]
-        if zh_rows != want:
-            n = next(i for i, (g, w) in enumerate(zip(zh_rows + [None], want + [None])) if g != w)
-            problems.append(f"the Chinese {what} differs from the rubric at check {n + 1}: "
-                            f"expected {want[n] if n < len(want) else None}, got {zh_rows[n] if n < len(zh_rows) else None}")
-        if zh_totals != en_totals:
-            problems.append(f"the Chinese {what}'s totals {zh_totals} differ from the English {en_totals}")
-    return problems
-
-
 def all_problems(en_text, zh_text):
-    return edition_problems(en_text, zh_text) + grading_problems(en_text, zh_text)
+    return edition_problems(en_text, zh_text)
 
 
 def report(problems):
@@ -238,20 +198,6 @@ def test_the_chinese_assignment_matches_the_english():
 def test_the_readme_halves_match():
     problems = edition_problems(*readme_halves(README.read_text()))
     assert not problems, report(problems)
-
-
-def test_rubric_zh_titles_every_check():
-    """Every check of the rubric, the bonus's too whether or not the course switched it on (the
-    Chinese edition's extra-credit table names them all, as the English one does)."""
-    every = rubric._checks(True)
-    missing = [cid for cid in every if not rubric_zh.TITLES.get(cid)]
-    assert not missing, f"grader/rubric_zh.py has no Chinese title for {missing}"
-    stray = sorted(set(rubric_zh.TITLES) - set(every))
-    assert not stray, f"grader/rubric_zh.py has titles for checks the rubric does not have: {stray}"
-    untranslated = [cid for cid, t in rubric_zh.TITLES.items() if not re.search(r"[\u4e00-\u9fff]", t)]
-    assert not untranslated, f"titles without a Chinese word: {untranslated}"
-    titles = [rubric_zh.TITLES[cid] for cid in every]
-    assert len(set(titles)) == len(titles), "two checks have the same Chinese title"
 
 
 def test_the_handout_ships_both_editions(tmp_path):
@@ -283,13 +229,14 @@ def test_switching_the_bonus_off_strips_the_chinese_edition_too(bonus_off, tmp_p
         assert word in source, f"{word!r} is not in assignment.zh-CN.md at all: update the list"
         assert word not in zh, f"{word!r} is left in the Chinese edition with the bonus off"
     assert "## Part 5" not in en and "<!-- bonus -->" not in en      # checks/test_handout.py has the rest
-    problems = edition_problems(en, zh) + grading_problems(en, zh, checks=rubric.CHECKS)
+    problems = edition_problems(en, zh)
     assert not problems, report(problems)
     assert grading_table(zh, ZH_BONUS_TABLE) is None
     assert grading_table(zh, ZH_TABLE_HEADER)[0] == \
-        [(c.part, rubric_zh.TITLES[c.id], c.points) for c in rubric.CHECKS.values()]
+        [(c.part, rubric.registry.CHECKS[c.id].title_zh, c.points) for c in rubric.CHECKS.values()]
     assert [s.anchor for s in sections(zh)] == \
-        [s.anchor for s in sections(source) if not (s.anchor or "").startswith(("## Part 5", "### Demo 5"))]
+        [s.anchor for s in sections(source) if not (s.anchor or "").startswith(
+            tuple(f"## {rubric.SECTIONS[p.id]}" for p in rubric.registry.bonus()) + ("### Demo 5",))]
 
 
 # -------------------------------------------------------------------- the check can fail: proofs
@@ -322,13 +269,6 @@ def all_new(en, zh2):
     """The problems of (en, zh2) that the real editions do not have."""
     before = set(all_problems(EN.read_text(), ZH.read_text()))
     return [p for p in all_problems(en, zh2) if p not in before]
-
-
-def grading_new(en, zh2, **kw):
-    """The problems of the Chinese grading table in zh2 (against kw's rubric) that the real one does
-    not have (against the real rubric)."""
-    before = set(grading_problems(EN.read_text(), ZH.read_text()))
-    return [p for p in grading_problems(en, zh2, **kw) if p not in before]
 
 
 def test_a_removed_section_is_caught(texts):
@@ -419,72 +359,6 @@ def test_a_changed_number_is_caught(texts):
         in problems, problems
     dropped = all_new(en, mutate(zh, "长度 10，块大小 4", "长度 10，块大小"))
     assert any("numbers: only in English ['4']" in p for p in dropped), dropped
-
-
-@pytest.mark.parametrize("row, wrong, caught", [
-    ("| `prefix_cache` | 池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变 | 1 |",
-     "| `prefix_cache` | 池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变 | 2 |",
-     "extra-credit table differs from the rubric at check 5"),
-    ("| `prefix_cache` | **合计，Part 5（加分题）** | **10** |", "| `prefix_cache` | **合计，Part 5（加分题）** | **11** |",
-     "extra-credit table's totals"),
-    ("| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |",
-     "| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 4 |", "differs from the rubric at check 2"),
-    ("| `allocator` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |",
-     "| `paged_step` | alloc 和 copy_block 取编号最小的空闲块，释放之后也是 | 5 |", "differs from the rubric at check 2"),
-    ("| `blockwise_attention` | 长度 0：ValueError | 1 |",
-     "| `blockwise_attention` | 长度为 0：ValueError | 1 |", "differs from the rubric at check 20"),
-    ("| `blockwise_attention` | 长度 0：ValueError | 1 |\n", "", "differs from the rubric at check 20"),
-    ("| `copy_on_write` | **合计，Part 4** | **30** |", "| `copy_on_write` | **合计，Part 4** | **31** |",
-     "totals"),
-])
-def test_a_wrong_grading_row_is_caught(texts, row, wrong, caught):
-    en, zh = texts
-    problems = grading_new(en, mutate(zh, row, wrong))
-    assert any(caught in p for p in problems), problems
-
-
-def test_swapped_grading_rows_are_caught(texts):
-    en, zh = texts
-    a = "| `allocator` | peak_used 是 n_used 到达过的最大值 | 2 |"
-    b = "| `allocator` | 池满时 alloc：MemoryError，池不变 | 3 |"
-    swapped = mutate(mutate(zh, a, "@@A@@"), b, a).replace("@@A@@", b)
-    assert any("differs from the rubric at check 4" in p for p in grading_new(en, swapped))
-
-
-@pytest.mark.parametrize("part, row", [("copy_on_write", 29), ("prefix_cache", 7)])
-def test_a_check_without_a_chinese_title_is_caught(texts, part, row):
-    """A check added to the rubric, in Parts 1-4 or in the bonus, needs a title here and a row in
-    its table (the 29th of Parts 1-4's, the 7th of the extra-credit one)."""
-    en, zh = texts
-    checks = dict(rubric._checks(True))
-    checks[f"{part}.new"] = rubric.Check(f"{part}.new", part, 3, "a new check", rubric.SECTIONS[part])
-    problems = grading_new(en, zh, checks=checks)
-    assert f"grader/rubric_zh.py has no Chinese title for {part}.new" in problems, problems
-    table = "extra-credit table" if part == "prefix_cache" else "grading table"
-    assert f"the Chinese {table} differs from the rubric at check {row}: expected ('{part}', None, 3), got None" \
-        in problems, problems
-
-
-@pytest.mark.parametrize("header", [ZH_TABLE_HEADER, ZH_BONUS_TABLE])
-def test_a_missing_or_unreadable_chinese_grading_table_is_caught(texts, header):
-    en, zh = texts
-    table = "extra-credit table" if header == ZH_BONUS_TABLE else "grading table"
-    problems = grading_new(en, mutate(zh, header, "| Part | Check | Points |"))
-    assert f"the Chinese {table} (header {header!r}) is missing" in problems, problems
-    start = zh.index(header)
-    row = zh[zh.index("\n|", zh.index("\n", start) + 1) + 1:]          # the table's first row
-    row = row[:row.index("\n")]
-    problems = grading_new(en, mutate(zh, row, row.rsplit("|", 2)[0] + "| two |"))
-    assert any(p.startswith(f"the Chinese {table} (header {header!r}) cannot be read") for p in problems), problems
-
-
-def test_the_bonus_tables_go_with_the_bonus(texts):
-    """Graded without the bonus (rubric.CHECKS of Parts 1-4), a Chinese extra-credit table left in
-    the edition is a difference; the source editions hold it, and the build strips it (below)."""
-    en, zh = texts
-    problems = grading_problems(en, zh, checks=rubric._checks(False))
-    assert any(p.startswith("the Chinese extra-credit table differs from the rubric at check 1: expected None, got "
-                            "('prefix_cache', ") for p in problems), problems
 
 
 def test_a_missing_bonus_region_is_caught(texts):

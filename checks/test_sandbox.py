@@ -966,7 +966,7 @@ def test_close_removes_everything_and_refuses_more_calls(make_box):
 
 def test_worker_files_are_one_list_of_existing_lab_files():
     assert set(sandbox.WORKER_FILES) == {"worker.py", "wire.py", "transformer_lab.py", "console.py",
-                                         "decoding.py", "scenarios.py"}
+                                         "decoding.py", "scenarios.py", "registry.py"}
     assert all(p.is_file() for name, p in sandbox.WORKER_FILES.items() if name != "scenarios.py")
     assert wire.MAX_BYTES == sandbox.REPLY_CAP
 

@@ -133,12 +133,12 @@ def bonus_left_out(missing):
     for part in rubric.BONUS_PARTS:
         names = BONUS_NAMES.get(part, ())
         lacking = [n for n in names if n in missing]
-        if set(names[:BONUS_TOP[part]]) <= set(lacking):
-            out[part] = (f"bonus not attempted: paged_kv.py defines no {' and no '.join(names[:BONUS_TOP[part]])} "
+        if set(BONUS_TOP[part]) <= set(lacking):
+            out[part] = (f"bonus not attempted: paged_kv.py defines no {' and no '.join(BONUS_TOP[part])} "
                          "(extra credit only: the other parts are graded as usual)")
         elif lacking:
             out[part] = (f"bonus not graded: paged_kv.py does not define {', '.join(lacking)} (keep every name of "
-                         "the starter's Part 5)")
+                         f"the starter's Part {rubric.registry.number(part)})")
     return out
 
 

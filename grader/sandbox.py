@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from grader import runtime, wire
+from grader.rubric import registry      # tests/registry.py: the parts, their names and numbers
 
 DEFAULT_DEADLINE = 6.0    # seconds of wall time per call, from "started"; one constant, easy to change
 STARTUP_DEADLINE = 60.0   # seconds from the spawn to "started": the interpreter and numpy, no student code
@@ -67,16 +68,12 @@ WORKER_FILES = {          # file name inside the sandbox -> trusted source (plus
     "console.py": PROJECT_ROOT / "lab" / "console.py",
     "decoding.py": PROJECT_ROOT / "lab" / "decoding.py",
     "scenarios.py": PROJECT_ROOT / "tests" / "scenarios.py",
+    "registry.py": PROJECT_ROOT / "tests" / "registry.py",      # the part numbers a stub's TODO may name
 }
-REQUIRED_NAMES = (        # what check_import looks for (CONTRACT.md)
-    "BlockPool", "BlockPool.alloc", "BlockPool.incref", "BlockPool.decref", "BlockPool.refcount",
-    "BlockPool.copy_block", "PagedSequence", "PagedSequence.reserve", "PagedSequence.write",
-    "PagedSequence.read", "PagedSequence.free", "PagedSequence.fork", "paged_step",
-    "blockwise_attention", "beam_search", "parallel_sample")
-BONUS_NAMES = {           # per bonus part (rubric.BONUS_PARTS): its names, the first ones its top-level names
-    "prefix_cache": ("PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert", "PrefixCache.evict"),
-}
-BONUS_TOP = {"prefix_cache": 2}
+REQUIRED_NAMES = registry.names(registry.core())     # what check_import looks for (CONTRACT.md)
+BONUS_NAMES = {p.id: registry.names([p]) for p in registry.bonus()}      # per bonus part (rubric.BONUS_PARTS)
+BONUS_TOP = {p.id: registry.top_names(p.id) for p in registry.bonus()}   # a file with none: not attempted
+_PART_NUMBERS = frozenset(p.number for p in registry.PARTS)
 STATUSES = ("ok", "raised", "timeout", "crashed", "bad_reply", "import_error", "grader_error")
 STDERR_CAP = 2048         # bytes of a worker's stderr kept for staff (its end: where the error is)
 BUSY_CPU, BUSY_WAIT = 0.5, 0.25   # past its deadline a worker gets more time while it has used less than
@@ -864,7 +861,7 @@ def _interpret(msg, names):
         return None
     if status == "raised" and keys <= {"status", "error", "todo_part"} and "error" in keys:
         todo = msg.get("todo_part")
-        if todo is not None and (type(todo) is not int or not 1 <= todo <= 5 or error != "NotImplementedError"):
+        if todo is not None and (type(todo) is not int or todo not in _PART_NUMBERS or error != "NotImplementedError"):
             return None
         return Reply("raised", data={"todo_part": todo} if todo else None, error=error)
     if status == "unencodable" and keys == {"status", "error"}:

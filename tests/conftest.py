@@ -19,15 +19,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tools"))
 import labtool  # noqa: E402
+import registry  # noqa: E402    the parts: their markers, titles and which are bonus
 
-PART_TITLES = {
-    "allocator": "Part 1: the block allocator",
-    "paged_step": "Part 2: paged KV and the paged step",
-    "blockwise_attention": "Part 3: blockwise attention",
-    "copy_on_write": "Part 4: sharing and copy-on-write",
-    "prefix_cache": "Part 5 (bonus): shared prefix across requests",
-}
-BONUS_PARTS = ("prefix_cache",)     # extra credit: a file without them skips their tests
+PART_TITLES = {p.id: registry.section(p.id) for p in registry.PARTS}     # each part's marker: its id
+BONUS_PARTS = labtool.BONUS_PARTS     # extra credit: a file without them skips their tests
 
 
 def pytest_addoption(parser):
@@ -47,17 +42,18 @@ def pytest_configure(config):
             message = str(e)
     if message is not None:
         pytest.exit(f"cannot test {labtool.shown(Path(impl) / labtool.FILE)}:\n{message}", returncode=3)
-    config.bonus_state = labtool.bonus_state(config.paged_kv)
+    config.bonus_states = {part: labtool.bonus_state(config.paged_kv, part) for part in BONUS_PARTS}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Part 5 left as the starter's stubs: its tests are skipped, as for a file without it (the
+    """A bonus part left as the starter's stubs: its tests are skipped, as for a file without it (the
     fixture in test_prefix_cache.py skips those), not failed one by one."""
-    if config.bonus_state == labtool.BONUS_STUBBED:
-        skip = pytest.mark.skip(reason=labtool.BONUS_NOT_ATTEMPTED[labtool.BONUS_STUBBED])
-        for item in items:
-            if any(part in item.keywords for part in BONUS_PARTS):
-                item.add_marker(skip)
+    for part, state in config.bonus_states.items():
+        if state == labtool.BONUS_STUBBED:
+            skip = pytest.mark.skip(reason=labtool.BONUS_NOT_ATTEMPTED[labtool.BONUS_STUBBED])
+            for item in items:
+                if part in item.keywords:
+                    item.add_marker(skip)
 
 
 def pytest_report_header(config):

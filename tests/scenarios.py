@@ -13,6 +13,7 @@ import types
 
 import numpy as np
 
+import registry
 import transformer_lab as tl
 
 _PARAMS = {}
@@ -695,29 +696,41 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
 
 
 # ------------------------------------------------------------------------ Part 5 (bonus) scenario
-BONUS_TODO = "TODO Part 5"      # what the starter's Part 5 stubs raise: NotImplementedError("TODO Part 5 (bonus): ...")
+BONUS_TODO = tuple(registry.todo_prefix(p.id) for p in registry.bonus())   # "TODO Part 5", what the bonus stubs raise
 
 
-def bonus_stub(pk):
-    """The NotImplementedError the starter's Part 5 stubs raise, when every Part 5 entry point still
-    raises one; None when any is written (or Part 5 is not there). Decided from what the code does,
-    never its text: each entry point is called on placeholders, methods on an instance whose __init__
-    never ran, so a stub raises before it reads anything and written code fails (or returns) at once,
-    touching nothing of the student's. make test, make submit, demo 5 and the grader all ask this."""
-    cls = getattr(pk, "PrefixCache", None)
-    try:
-        bare = cls.__new__(cls)
-    except Exception:  # noqa: BLE001  (no class, or one that cannot be made bare: not the starter's)
-        return None
-    calls = [lambda: cls.__init__(bare, None), lambda: bare.n_cached, lambda: cls.lookup(bare, [0]),
-             lambda: cls.insert(bare, [0], [0]), lambda: cls.evict(bare, 0),
-             lambda: pk.cached_prefill(None, None, None, [0], bare)]
+def bonus_stub(pk, part=None):
+    """The NotImplementedError the starter's stubs of a bonus part (default: the first) raise, when
+    every entry point of the part (registry.py's names) still raises one; None when any is written
+    (or the part is not there). Decided from what the code does, never its text: each entry point
+    is called on placeholders, methods and properties on an instance whose __init__ never ran, so a
+    stub raises before it reads anything and written code fails (or returns) at once, touching
+    nothing of the student's. make test, make submit, demo 5 and the grader all ask this."""
+    part = part or registry.bonus()[0].id
+    todo, calls, bare = registry.todo_prefix(part), [], {}
+    for name in registry.BY_ID[part].names:
+        top = getattr(pk, name.dotted.split(".")[0], None)
+        if name.kind == "function":
+            calls.append(lambda f=top, n=len(name.args): f(*[None] * n))
+            continue
+        if top not in bare:
+            try:
+                bare[top] = top.__new__(top)
+            except Exception:  # noqa: BLE001  (no class, or one that cannot be made bare: not the starter's)
+                return None
+        obj, attr, n = bare[top], name.dotted.split(".")[-1], len(name.args)
+        if name.kind == "class":
+            calls.append(lambda c=top, o=obj, n=n: c.__init__(o, *[None] * n))
+        elif name.kind == "method":
+            calls.append(lambda c=top, o=obj, a=attr, n=n: getattr(c, a)(o, *[None] * n))
+        else:
+            calls.append(lambda o=obj, a=attr: getattr(o, a))
     first = None
     for call in calls:
         try:
             call()
         except NotImplementedError as e:
-            if not (e.args and isinstance(e.args[0], str) and e.args[0].startswith(BONUS_TODO)):
+            if not (e.args and isinstance(e.args[0], str) and e.args[0].startswith(todo)):
                 return None
             first = e if first is None else first
         except Exception:  # noqa: BLE001  (written code given placeholders)

@@ -16,9 +16,13 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import registry  # noqa: E402    which parts are bonus, their test files and numbers
+
 TOP = "paged-attention"                       # the folder the zip unpacks to
 STAMP = (2025, 1, 1, 0, 0, 0)                 # fixed timestamps: the same sources give the same zip
-BONUS_FILES = ("tests/test_prefix_cache.py",)  # left out when the course switches the bonus off
+BONUS_FILES = tuple(f"tests/{p.test_file}" for p in registry.bonus())  # left out when the bonus is switched off
+BONUS_NUMBERS = "|".join(str(p.number) for p in registry.bonus())
 BONUS_MARKDOWN = ("assignment.md", "assignment.zh-CN.md", "README.md")   # their <!-- bonus --> regions likewise
 BONUS_LINES = ("Makefile", "lab/demo.py")     # and their lines that end with "# bonus" (make help, demo 5)
 
@@ -54,10 +58,13 @@ def without_bonus_markdown(text):
 
 
 def without_bonus_python(text):
-    """The starter without the bonus: its closing Part 5 section, and the module docstring's lines
-    that start with "Part 5" (with their indented continuation lines)."""
-    text = re.sub(r"\n\n+# =+ Part 5 \(bonus\).*\Z", "\n", text, flags=re.S)
-    return re.sub(r"^Part 5.*\n(?: {8}\S.*\n)*", "", text, flags=re.M)
+    """The starter without the bonus: its closing sections, from the first bonus part's to the end
+    (the bonus parts come last), and the module docstring's lines that start with "Part N" of a
+    bonus part (with their indented continuation lines)."""
+    if not BONUS_NUMBERS:
+        return text
+    text = re.sub(rf"\n\n+# =+ Part (?:{BONUS_NUMBERS}) \(bonus\).*\Z", "\n", text, flags=re.S)
+    return re.sub(rf"^Part (?:{BONUS_NUMBERS})\b.*\n(?: {{8}}\S.*\n)*", "", text, flags=re.M)
 
 
 def contents(src, name, bonus):

@@ -28,27 +28,43 @@ LAB = ROOT / "lab"
 TESTS = ROOT / "tests"
 DEFAULT_IMPL = ROOT / "starter"
 FILE = "paged_kv.py"
-PARTS = ("allocator", "paged_step", "blockwise_attention", "copy_on_write", "prefix_cache")   # the last: the bonus
+sys.path.insert(0, str(TESTS))
+import registry  # noqa: E402    tests/registry.py: the parts, their contract names and TODOs
+
+PARTS = tuple(p.id for p in registry.PARTS)     # the bonus parts last
 IMPORT_TIMEOUT = float(os.environ.get("PAGED_KV_IMPORT_TIMEOUT", 60))    # seconds; the env var is for our tests
 
+
+
+def _contract(parts):
+    """The contract's names of these parts as the checks below read them: functions {name: (part,
+    args)}, classes {name: (part, {method: args})} (__init__ included), moved {(class, method):
+    part} for a method of a later part on an earlier part's class, and the reexports."""
+    functions, classes, moved, reexports = {}, {}, {}, []
+    for part in parts:
+        for name in part.names:
+            if name.kind == "function":
+                functions[name.dotted] = (part.number, name.args)
+            elif name.kind == "class":
+                classes[name.dotted] = (part.number, {"__init__": name.args})
+            elif name.kind == "reexport":
+                reexports.append(name.dotted)
+    for part in parts:
+        for name in part.names:
+            if name.kind == "method":
+                cls, meth = name.dotted.split(".")
+                classes[cls][1][meth] = name.args
+                if classes[cls][0] != part.number:
+                    moved[(cls, meth)] = part.number
+    return functions, classes, moved, tuple(reexports)
+
+
 # The contract's names: what must exist and how the tests call it (positional arguments, self excluded).
-FUNCTIONS = {
-    "paged_step": (2, ("params", "cfg", "seqs", "chunks")),
-    "blockwise_attention": (3, ("q", "seq", "layer")),
-}
-REEXPORTS = ("beam_search", "parallel_sample")
-CLASSES = {
-    "BlockPool": (1, {"__init__": ("cfg", "n_blocks", "block_size"), "alloc": (), "incref": ("b",),
-                      "decref": ("b",), "refcount": ("b",), "copy_block": ("b",)}),
-    "PagedSequence": (2, {"__init__": ("pool",), "reserve": ("n",), "write": ("layer", "start", "k", "v"),
-                          "read": ("layer", "length"), "free": ()}),
-}
-FORK = ("PagedSequence", "fork", 4)          # Part 4's method lives on the Part 2 class
-# Part 5 is a bonus: its names are optional. A file without any of them (written before Part 5
+FUNCTIONS, CLASSES, MOVED, REEXPORTS = _contract(registry.core())
+# The bonus parts' names are optional. A file without any of them (written before the bonus
 # existed) is checked, tested and submitted exactly as before; a file with some is told what is wrong.
-BONUS_FUNCTIONS = {"cached_prefill": (5, ("params", "cfg", "seq", "prompt", "cache"))}
-BONUS_CLASSES = {"PrefixCache": (5, {"__init__": ("pool",), "lookup": ("tokens",), "insert": ("tokens", "blocks"),
-                                     "evict": ("n",)})}
+BONUS_PARTS = tuple(p.id for p in registry.bonus())
+BONUS_PART = BONUS_PARTS[0] if BONUS_PARTS else None      # the one bonus_state() decides by default
 
 
 class ImplError(Exception):
@@ -104,19 +120,21 @@ def _callable_as(fn, n_args):
 
 def missing_names(module):
     """Every contract name of Parts 1-4 the module lacks or defines uncallably, as lines for the student."""
-    problems = _name_problems(module, FUNCTIONS, CLASSES, {FORK[:2]: FORK[2]})
+    problems = _name_problems(module, FUNCTIONS, CLASSES, MOVED)
     for name in REEXPORTS:
         if not callable(getattr(module, name, None)):
-            problems.append(f"{name}: keep the starter's line `from decoding import beam_search, parallel_sample`")
+            problems.append(f"{name}: keep the starter's line `from {registry.REEXPORTED_FROM} import "
+                            f"{', '.join(REEXPORTS)}`")
     return problems
 
 
-def bonus_problems(module):
-    """None when the module defines no Part 5 name (the bonus not attempted), else the problems
+def bonus_problems(module, part=BONUS_PART):
+    """None when the module defines no name of the bonus part (not attempted), else the problems
     with its names, as missing_names words them (an empty list: all there)."""
-    if not any(hasattr(module, name) for name in (*BONUS_FUNCTIONS, *BONUS_CLASSES)):
+    functions, classes, moved, _ = _contract([registry.BY_ID[part]])
+    if not any(hasattr(module, name) for name in registry.top_names(part)):
         return None
-    return _name_problems(module, BONUS_FUNCTIONS, BONUS_CLASSES, {})
+    return _name_problems(module, functions, classes, moved)
 
 
 # What a file's Part 5 is, for make test, make submit and demo 5 alike (the grader decides the same
@@ -126,21 +144,22 @@ BONUS_INCOMPLETE = "incomplete"    # some of its names missing or not callable a
 BONUS_STUBBED = "stubbed"          # every entry point still raises the starter's NotImplementedError("TODO Part 5 ...")
 BONUS_ATTEMPTED = "attempted"
 BONUS_NOT_ATTEMPTED = {            # the one reason each says, everywhere
-    BONUS_ABSENT: "bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill",
-    BONUS_STUBBED: 'bonus not attempted: its stubs still raise NotImplementedError("TODO Part 5 ...")',
-}
+    BONUS_ABSENT: f"bonus not attempted: paged_kv.py defines no {' and no '.join(registry.top_names(BONUS_PART))}",
+    BONUS_STUBBED: "bonus not attempted: its stubs still raise "
+                   f'NotImplementedError("{registry.todo_prefix(BONUS_PART)} ...")',
+} if BONUS_PART else {}
 
 
-def bonus_state(module):
+def bonus_state(module, part=BONUS_PART):
     """BONUS_ABSENT, BONUS_INCOMPLETE, BONUS_STUBBED or BONUS_ATTEMPTED, decided from what the module
     defines and does, not from its text: a stub is a function that raises the starter's TODO
     (scenarios.bonus_stub, which the grader's sandbox runs too)."""
-    problems = bonus_problems(module)
+    problems = bonus_problems(module, part)
     if problems is None:
         return BONUS_ABSENT
     if problems:
         return BONUS_INCOMPLETE
-    return BONUS_STUBBED if _scenarios().bonus_stub(module) is not None else BONUS_ATTEMPTED
+    return BONUS_STUBBED if _scenarios().bonus_stub(module, part) is not None else BONUS_ATTEMPTED
 
 
 def _scenarios():

@@ -11,7 +11,8 @@ from pathlib import Path
 from grader import feedback
 from grader.paths import GRADER, REPO
 
-CONTENTS = ["requirements.txt", "lab", "solution", "tests/scenarios.py", "tests/explain.py", "tests/rules.py", "grader"]
+CONTENTS = ["requirements.txt", "lab", "solution", "tests/scenarios.py", "tests/explain.py", "tests/rules.py",
+            "tests/registry.py", "grader"]
 LEAVE_OUT = ("__pycache__", ".pyc", "grader/selftest", "grader/gradescope/sim.py", "grader/gradescope/image.py",
              "grader/gradescope/neighbour.py", "grader/similarity.py")  # staff tools
 

@@ -22,9 +22,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 TESTS = REPO / "tests"
-PUBLIC_FILES = {"test_allocator": "allocator", "test_paged_step": "paged_step",
-                "test_blockwise_attention": "blockwise_attention", "test_copy_on_write": "copy_on_write",
-                "test_prefix_cache": "prefix_cache"}
+sys.path.insert(0, str(TESTS))
+import registry  # noqa: E402    tests/registry.py: each part's public test file
+
+PUBLIC_FILES = {p.test_file[:-len(".py")]: p.id for p in registry.PARTS}      # module -> part
 PUBLIC_TIMEOUT = 900.0
 
 

@@ -19,7 +19,7 @@ import sys
 from grader import paths, rubric
 
 RUN = 4
-MODULES = ("test_allocator", "test_paged_step", "test_blockwise_attention", "test_copy_on_write", "test_prefix_cache")
+MODULES = tuple(p.test_file[:-len(".py")] for p in rubric.registry.PARTS)     # the hidden suites, one per part
 
 
 def case_tokens(inputs, key=None, out=None):

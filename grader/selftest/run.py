@@ -543,9 +543,11 @@ def read_back(hostile, notes):
 
 
 def variant_full(s):
-    """A correct variant's score: TOTAL, plus BONUS_TOTAL when it writes the bonus (a variant written
-    before Part 5 existed is graded as then: 100)."""
-    return FULL if "class PrefixCache" in s.text else rubric.TOTAL
+    """A correct variant's score: TOTAL, plus the points of each bonus part it writes (a variant
+    written before the bonus existed is graded as then: 100)."""
+    def writes(part):
+        return any(f"class {n}" in s.text or f"def {n}(" in s.text for n in rubric.registry.top_names(part))
+    return rubric.TOTAL + sum(rubric.part_points(p) for p in rubric.BONUS_PARTS if writes(p))
 
 
 def summarize(subs, wall, failures, notes, kept_root):
