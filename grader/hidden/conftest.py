@@ -1,7 +1,7 @@
 """Machinery of the hidden suites.
 
 Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
-id -> judge(case, expected, got, deps) -> message or None). Every case becomes one pytest item marked
+id -> judge(case, expected, got, ctx) -> message or None). Every case becomes one pytest item marked
 with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
 two parts at a time as soon as collection ends; if that call fails, each of its checks is called
 again on its own (and the sandbox calls such a check once more in a fresh worker if its worker dies
@@ -12,9 +12,16 @@ A call the machine failed twice ("grader_error") is judged as nothing: the case 
 grade.py then refuses the whole grading (exit 3, no results: regrade), so no score includes it.
 What the sandbox said for staff (failed attempts, workers' stderr) is kept in `Grading.staff`.
 
-`deps.ok(check_id)` tells a judge whether the submission passes another part's check. A judge uses it
-only to leave out a comparison that another part owns when that part is already charged for it (one
-bug, one charge), never to give points: a failing check cannot be made to pass by failing another.
+A case with a second run (Case.second: a twin, the same implementation without sharing or without
+the cache) gets it from ANOTHER sandbox call, made here from the plan (and, for Part 5, the first
+run's rows of logits) once the first answer is in: all second runs of a part in one call, each
+check's alone when that call fails. It is the same kind of call a check compared with the reference
+makes (a step_script), in a fresh worker that cannot see the first, so nothing the submission
+computes in one run is what the other is compared with. A missing second answer fails the case,
+saying why; a grader error there is a grader error. The judge reads it as `ctx.second`.
+
+`ctx.ok(check_id)` tells a judge whether the submission passes another part's check (only the
+judges of Parts 1-2 and the drivers still ask).
 """
 import hashlib
 import queue
@@ -107,6 +114,7 @@ class Grading:
                                        job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
+        self.second_futures, self.second_calls = {}, {}     # part or check id -> future; check id -> {i: calls}
         for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
             start = time.perf_counter()
             self.expected[check_id] = scenarios.batch(reference, self._calls(check_id))
@@ -147,6 +155,80 @@ class Grading:
                     self.futures[c] = self.executor.submit(self._call, c, self._calls(c), self._deadline([c]))
         return self.futures[check_id].result()
 
+    def _second_calls(self, check_id, data):
+        """{case index: its second run's calls} for a check, made here from the plan and the first
+        answer; None for a case whose first answer has a form they cannot be made from."""
+        if check_id not in self.second_calls:
+            calls = {}
+            for i, case in enumerate(self.plans[check_id]):
+                if case.second is not None:
+                    try:
+                        calls[i] = case.second(self.expected[check_id][i], data[i])
+                    except Exception:       # noqa: BLE001  (the first answer has a form no plan foresaw)
+                        calls[i] = None
+            self.second_calls[check_id] = calls
+        return self.second_calls[check_id]
+
+    def _second_batch(self, check_ids, data_of):
+        """One call for the second runs of these checks (each case's calls as one batch); the index of
+        each (check id, case) in its answer."""
+        calls, where = [], {}
+        for c in check_ids:
+            for i, case_calls in self._second_calls(c, data_of(c)).items():
+                if case_calls is not None:
+                    where[(c, i)] = len(calls)
+                    calls.append(["batch", {"calls": case_calls}])
+        return calls, where
+
+    def _second_reply(self, check_id, i):
+        """The sandbox's reply for case i's second run, and its index in that reply: the part's one call
+        when the part's first call answered every check, else a call of the check's own."""
+        part = rubric.CHECKS[check_id].part
+        ids = [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
+        whole = self.part_futures[part].result()
+        with self.lock:
+            if whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(self.parts[part]):
+                key = part
+                data_of = lambda c: whole.data[self.parts[part].index(c)]     # noqa: E731
+            else:
+                key, ids, data_of = check_id, [check_id], lambda c: self.futures[c].result().data  # noqa: E731
+            calls, where = self._second_batch(ids, data_of)
+            if key not in self.second_futures and calls:
+                self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
+                                                                self._deadline(ids))
+        if (check_id, i) not in where:
+            return None, None
+        reply = self.second_futures[key].result()
+        if key == part and not (reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls)):
+            with self.lock:                  # the part's call failed: this check's own, so it costs only its own
+                key = check_id
+                calls, where = self._second_batch([check_id], data_of)
+                if key not in self.second_futures:
+                    self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
+                                                                    self._deadline([check_id]))
+            reply = self.second_futures[key].result()
+        return reply, where[(check_id, i)]
+
+    def second(self, check_id, i):
+        """Case i's second run: (its answers, one per call, or None, message): a missing or malformed
+        answer is a message that fails the case; a grader error fails it as not judged."""
+        reply, index = self._second_reply(check_id, i)
+        if reply is None:
+            return None, _wrong_form("first answer")
+        if reply.status == "grader_error":
+            with self.lock:
+                if check_id not in dict(self.grader_errors):
+                    self.grader_errors.append((check_id, reply.error))
+            pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
+        part = rubric.CHECKS[check_id].part
+        if reply.status != "ok":
+            why = _no_answer(reply, rubric.PARTS.index(part) + 1 if part in rubric.PARTS else 5)
+            return None, f"  the run this check compares yours with (the same code, in a worker of its own) failed: {why}"
+        data = reply.data[index] if isinstance(reply.data, list) and len(reply.data) > index else None
+        if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
+            return None, _wrong_form("answer of the run this check compares yours with")
+        return data, None
+
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
         reply = self._reply(check_id)
@@ -171,10 +253,15 @@ class Grading:
         decides how many a student sees."""
         expected, got = self.answer(check_id, i)
         case = self.plans[check_id][i]
+        second = None
+        if case.second is not None:
+            second, failed = self.second(check_id, i)
+            if failed:
+                return failed
         with hidden_feedback(ranges_for(case)):
             try:
-                return self.judges[check_id](case, expected, got, Deps(self, check_id))
-            except AssertionError:      # the grader's own invariants (Deps): its bug, said as such
+                return self.judges[check_id](case, expected, got, Context(self, check_id, second))
+            except AssertionError:      # the grader's own invariants (Context): its bug, said as such
                 raise
             except Exception:           # noqa: BLE001  (an answer of a form no judge foresaw; never its text)
                 return "  the answer has a form this check cannot judge (was the scenario code tampered with?)"
@@ -238,11 +325,17 @@ def pytest_unconfigure(config):
         config.grading.close()
 
 
-class Deps:
-    """What one check's judge may ask about the submission's other checks."""
+def _wrong_form(what):
+    return f"  the {what} has the wrong form (was the scenario code tampered with?)"
 
-    def __init__(self, grading, asking):
-        self.grading, self.asking = grading, asking
+
+class Context:
+    """What one case's judge gets besides the case and the two answers: `second`, the answers of the
+    case's second run (Case.second), from a worker of its own; `ok`, whether another part's check
+    passes (only the judges of Parts 1-2 and the drivers still ask)."""
+
+    def __init__(self, grading, asking, second=None):
+        self.grading, self.asking, self.second = grading, asking, second
 
     def ok(self, check_id):
         assert rubric.CHECKS[check_id].part != rubric.CHECKS[self.asking].part, \
