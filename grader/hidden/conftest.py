@@ -120,9 +120,13 @@ class Grading:
             self.expected[check_id] = scenarios.batch(reference, self._calls(check_id))
             self.ref_seconds[check_id] = time.perf_counter() - start
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
-        for part, ids in self.parts.items():
+        twinned = {part for part, ids in self.parts.items() if self._second_ids(part)}
+        for part in sorted(self.parts, key=lambda p: p not in twinned):     # their second runs wait on them
+            ids = self.parts[part]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
             self.part_futures[part] = self.executor.submit(self._call, part, calls, self._deadline(ids), False)
+            if part in twinned:         # the second runs start as soon as the first answer is in
+                self.part_futures[part].add_done_callback(lambda _, part=part: self._part_second(part))
 
     def _calls(self, check_id):
         return [[c.scenario, c.inputs] for c in self.plans[check_id]]
@@ -180,22 +184,38 @@ class Grading:
                     calls.append(["batch", {"calls": case_calls}])
         return calls, where
 
+    def _second_ids(self, part):
+        return [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
+
+    def _part_second(self, part):
+        """Start the second runs of a part's checks in one call, when its first call answered them all
+        (else each check's own starts when its judge asks): (key, calls, where)."""
+        whole = self.part_futures[part].result()
+        if not (whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(self.parts[part])):
+            return None
+        ids = self._second_ids(part)
+        with self.lock:
+            calls, where = self._second_batch(ids, lambda c: whole.data[self.parts[part].index(c)])
+            if part not in self.second_futures and calls:
+                self.second_futures[part] = self.executor.submit(self._call, f"{part} (second run)", calls,
+                                                                 self._deadline(ids))
+        return part, calls, where
+
     def _second_reply(self, check_id, i):
         """The sandbox's reply for case i's second run, and its index in that reply: the part's one call
         when the part's first call answered every check, else a call of the check's own."""
         part = rubric.CHECKS[check_id].part
-        ids = [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
-        whole = self.part_futures[part].result()
-        with self.lock:
-            if whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(self.parts[part]):
-                key = part
-                data_of = lambda c: whole.data[self.parts[part].index(c)]     # noqa: E731
-            else:
-                key, ids, data_of = check_id, [check_id], lambda c: self.futures[c].result().data  # noqa: E731
-            calls, where = self._second_batch(ids, data_of)
-            if key not in self.second_futures and calls:
-                self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
-                                                                self._deadline(ids))
+        data_of = lambda c: self._reply(c).data  # noqa: E731  (the first answer, ok: answer() saw it)
+        started = self._part_second(part)
+        if started:
+            key, calls, where = started
+        else:
+            with self.lock:
+                key = check_id
+                calls, where = self._second_batch([check_id], data_of)
+                if key not in self.second_futures and calls:
+                    self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
+                                                                    self._deadline([check_id]))
         if (check_id, i) not in where:
             return None, None
         reply = self.second_futures[key].result()
