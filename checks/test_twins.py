@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from grader import rubric
+from grader.report import test_name
 from grader.selftest import hostile, mutants
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +31,8 @@ def graded(tmp_path, name, text):
     for t in tests:
         for tag in t["tags"]:
             parts[tag] = parts.get(tag, 0) + t["score"]
-    return {t["name"].split(" ")[0]: t["score"] for t in tests}, parts
+    ids = {test_name(check): cid for cid, check in rubric.CHECKS.items()}
+    return {ids[t["name"]]: t["score"] for t in tests}, parts
 
 
 def test_a_twin_memoised_in_the_submissions_process_earns_nothing_of_the_logits_check(tmp_path):
@@ -48,3 +51,29 @@ def test_a_twin_patched_in_the_submissions_process_gains_nothing_on_a_part4_bug(
     assert alone["copy_on_write"] < 30 and alone["paged_step"] == 30, alone
     assert patched["copy_on_write"] == pytest.approx(alone["copy_on_write"]), (alone, patched)
     assert patched["copy_on_write"] <= dict(hostile.BY_NAME["patch_twin"].caps)["copy_on_write"]
+
+
+CRASH_IN_TWIN = '''
+
+_real_paged_step = paged_step
+
+
+def paged_step(params, cfg, seqs, chunks):
+    if any(s.pool.n_blocks == 384 for s in seqs):     # only the unshared twins of Part 4 have 4 x 96 blocks
+        import os
+        os._exit(0)
+    return _real_paged_step(params, cfg, seqs, chunks)
+'''
+
+
+def test_a_second_run_that_gives_no_answer_fails_its_cases_and_says_why(tmp_path):
+    """A twin whose worker dies: its cases fail, naming the run that failed, never a pass nor a
+    grader error; the check's other cases keep their points (its first run answered)."""
+    checks, parts = graded(tmp_path, "crash", mutants.reference_text() + CRASH_IN_TWIN)
+    assert checks["copy_on_write.sharing_invariance"] == 0, checks       # every case of it has a twin
+    assert 0 < checks["copy_on_write.fork"] < 4, checks                  # one case of three has a twin
+    assert parts["paged_step"] == 30 and parts["prefix_cache"] == 10, parts
+    said = json.loads((tmp_path / "crash.json").read_text())["tests"]
+    text = next(t["output"] for t in said if t["name"] == test_name(rubric.CHECKS["copy_on_write.sharing_invariance"]))
+    assert "the run this check compares yours with (the same code, in a worker of its own) failed" in text, text
+    assert "crashed the worker process" in text, text

@@ -470,7 +470,9 @@ def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
 
 def unshared_script(actions):
     """The twin of a sharing script of new, fork, free and step: the same script where every fork is a
-    new sequence that prefills its parent's tokens and every free leaves its sequence for a new one,
+    new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step that
+    depends on how a prompt is chunked does the same on both sides), and every free leaves its
+    sequence for a new one,
     as step_script actions (Part 2's kind of call: the implementation cannot tell it from one).
     Returns {"actions", "last": per sharing action, the index of its last step_script record, "seqs":
     per sharing action, the step_script sequence each sharing sequence is then}. Histories assume
@@ -487,14 +489,13 @@ def unshared_script(actions):
         elif op == "fork":
             where.append(new())
             history.append(list(history[args[0]]))
-            if history[-1]:
-                out.append(["step", [where[-1]], [list(history[-1])]])
+            out += [["step", [where[-1]], [list(c)]] for c in history[-1]]
         elif op == "free":
             where[args[0]], history[args[0]] = new(), []
         elif op == "step":
             out.append(["step", [where[i] for i in args[0]], [list(c) for c in args[1]]])
             for i, c in zip(*args):
-                history[i] += list(c)
+                history[i].append(list(c))
         else:
             raise ValueError(f"a twin replays new, fork, free and step only, not {op}")
         last.append(len(out) - 1)

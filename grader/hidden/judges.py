@@ -167,8 +167,14 @@ def sharing_judge(case, expected, got, ctx):
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, ctx.second)
+    if message and any(said in message for said in _TWIN_SAID) and not ctx.ok("paged_step.tables"):      # the verdict stays a failure
+        message += ("\n  (your paged_step also fails Part 2's check of K/V stored through the block table: a step "
+                    "that writes outside its own positions of its table breaks sharing too: fix Part 2 first)")
     note = copy_note(got.get("copy_probe"))
     return f"{message}\n  {note}" if message and note else message
+
+
+_TWIN_SAID = ("sharing changed the logits", "K/V without sharing")     # what a twin's difference says
 
 
 def _sharing_message(case, expected, got, second):
@@ -199,10 +205,10 @@ def _sharing_message(case, expected, got, second):
         if g["op"][0] == "step" and g["error"] is None:
             found = first_mismatch(t["result"], g["result"], path="logits", twin=True)
             if found:
-                return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the logits "
+                return (f"  after action {i} of {n}, {describe_action(g['op'])}: {_TWIN_SAID[0]} "
                         f"(vs the same script where every fork is a new sequence that prefills its parent's tokens):"
                         f" {found[0]}: {found[1]}")
-    return _kv_against(twin, records, "K/V without sharing", twin=True)
+    return _kv_against(twin, records, _TWIN_SAID[1], twin=True)
 
 
 def _kind(error):

@@ -236,17 +236,21 @@ MUTANTS = [
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
-      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts.",
+      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts. "
+      "Spans copy_on_write: a step writes into the table's full blocks, which forks share and copy-on-write (rightly) "
+      "never copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
-        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv", ("prefix_cache",)),
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv",
+      ("prefix_cache", "copy_on_write")),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
       "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4. Spans "
       "prefix_cache: a cache hit puts blocks another request computed into the table; reading by position instead of "
-      "through the table reads other blocks' K/V.",
+      "through the table reads other blocks' K/V. Spans copy_on_write: every sequence writes into blocks 0, 1, ..., "
+      "shared or not, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
         "return np.broadcast_to(pos // block_size, np.shape(table)[:-1] + pos.shape), pos % block_size"),),
-      "p_equiv", ("prefix_cache",)),
+      "p_equiv", ("prefix_cache", "copy_on_write")),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
