@@ -198,7 +198,7 @@ class Grading:
             calls, where = self._second_batch(ids, lambda c: whole.data[self.parts[part].index(c)])
             if part not in self.second_futures and calls:
                 self.second_futures[part] = self.executor.submit(self._call, f"{part} (second run)", calls,
-                                                                 self._deadline(ids))
+                                                                 self._deadline(ids), False)   # retried per check
         return part, calls, where
 
     def _second_reply(self, check_id, i):
@@ -219,7 +219,8 @@ class Grading:
         if (check_id, i) not in where:
             return None, None
         reply = self.second_futures[key].result()
-        if key == part and not (reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls)):
+        answered = reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls)
+        if key == part and not answered:
             with self.lock:                  # the part's call failed: this check's own, so it costs only its own
                 key = check_id
                 calls, where = self._second_batch([check_id], data_of)
@@ -243,7 +244,7 @@ class Grading:
         part = rubric.CHECKS[check_id].part
         if reply.status != "ok":
             why = _no_answer(reply, rubric.PARTS.index(part) + 1 if part in rubric.PARTS else 5)
-            return None, f"  the run this check compares yours with (the same code, in a worker of its own) failed: {why}"
+            return None, "  the run this check compares yours with (the same code, in a worker of its own) failed: " + why
         data = reply.data[index] if isinstance(reply.data, list) and len(reply.data) > index else None
         if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
             return None, _wrong_form("answer of the run this check compares yours with")

@@ -158,8 +158,9 @@ def sharing_judge(case, expected, got, ctx):
     K/V: read back equal to the reference's (scripts whose data the test stored itself), or, for
     scripts of steps, the logits and K/V equal to the same implementation's unshared twin (ctx.second:
     a step_script of scenarios.unshared_script in a worker of its own, so your own Part 2 is on both
-    sides and nothing needs excusing). A failure says what the pool's copy_block does when it is not
-    what the contract says (Part 1), since copy-on-write relies on it."""
+    sides and nothing is excused; a step that writes outside its positions breaks sharing, and the
+    failure then names Part 2 when Part 2's tables check fails too). A failure says what the pool's
+    copy_block does when it is not what the contract says (Part 1), since copy-on-write relies on it."""
     n = len(expected["records"])
     if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
                                                                              "refcounts", "kv"}):
@@ -167,7 +168,7 @@ def sharing_judge(case, expected, got, ctx):
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, ctx.second)
-    if message and any(said in message for said in _TWIN_SAID) and not ctx.ok("paged_step.tables"):      # the verdict stays a failure
+    if message and any(said in message for said in _TWIN_SAID) and not ctx.ok("paged_step.tables"):   # named, still failed
         message += ("\n  (your paged_step also fails Part 2's check of K/V stored through the block table: a step "
                     "that writes outside its own positions of its table breaks sharing too: fix Part 2 first)")
     note = copy_note(got.get("copy_probe"))
