@@ -625,6 +625,33 @@ def step_twin(reply):
     return {"result": None if error is not None else out[0], "error": error}
 
 
+def append_violation(reply):
+    """What a twin without sharing (the answer of a scenarios.sharing_twin call) shows of a step that
+    does more than append, as a sentence, or None. Nothing is shared or freed there, so each step may
+    only store its own new positions and advance its sequences' lengths by their chunks: a step that
+    does otherwise is Part 2's bug, and it breaks sharing too (it writes into blocks forks share)."""
+    records, seen, lengths = _step_records(reply), {}, []
+    for rec in records or []:
+        now = rec.get("lengths") if isinstance(rec.get("lengths"), list) else []
+        op = rec.get("op")
+        if isinstance(op, list) and op[:1] == ["step"] and rec.get("error") is None and len(op) == 3:
+            for i, chunk in zip(op[1], op[2]):
+                if type(i) is int and 0 <= i < min(len(now), len(lengths)) and now[i] != lengths[i] + len(chunk):
+                    return "a step did not advance its sequence's length by its chunk"
+        lengths = now
+        for j, kv in enumerate(rec.get("kv") if isinstance(rec.get("kv"), list) else []):
+            k = kv.get("k") if isinstance(kv, dict) else None
+            if not (isinstance(k, np.ndarray) and k.ndim == 4):
+                continue
+            before = seen.get(j)
+            if before is not None and before.shape[0] == k.shape[0] and before.shape[2:] == k.shape[2:]:
+                m = min(before.shape[1], k.shape[1])
+                if not np.array_equal(before[:, :m], k[:, :m]):
+                    return "a step changed K/V that an earlier step had stored"
+            seen[j] = k
+    return None
+
+
 def unshared_records(actions, reply):
     """A sharing script's twin per sharing action, from the answer of its scenarios.sharing_twin call:
     {"result": a step's logits (else None), "error": the first error of the action's step_script

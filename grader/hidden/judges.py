@@ -10,9 +10,9 @@ part fails its own check (`deps.ok`), so a bug is charged once. A twin (the same
 without sharing, without the cache) is the case's second run, from a worker of its own (`ctx.second`).
 """
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view, part5_view,
-                   pool_difference, pool_view, pool_view_violation, sampling_violation, savings, sharing_violation,
-                   short_of, step_twin, twin_difference, twin_requests, unshared_records)
+from rules import (append_violation, copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+                   part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
+                   sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
@@ -168,9 +168,10 @@ def sharing_judge(case, expected, got, ctx):
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, ctx.second)
-    if message and any(said in message for said in _TWIN_SAID) and not ctx.ok("paged_step.tables"):   # named, still failed
-        message += ("\n  (your paged_step also fails Part 2's check of K/V stored through the block table: a step "
-                    "that writes outside its own positions of its table breaks sharing too: fix Part 2 first)")
+    appended = append_violation(ctx.second[0]) if message and any(said in message for said in _TWIN_SAID) else None
+    if appended:        # the dependency named; the verdict stays a failure
+        message += (f"\n  (without sharing too, {appended}: a step may only store its own new positions and advance "
+                    "the length by its chunk (Part 2), or it overwrites blocks that forks share: fix Part 2 first)")
     note = copy_note(got.get("copy_probe"))
     return f"{message}\n  {note}" if message and note else message
 

@@ -347,13 +347,16 @@ MUTANTS = [
     M("length_assigned_not_added", "paged_step",
       "After the step, length is set to the chunk's size instead of start + size (= where += was meant). "
       "Verified: after a prefill of 7 and one decode, length is 1, so the next decode attends at position 1 "
-      "and the table no longer has ceil(length / B) blocks.",
-      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv"),
+      "and the table no longer has ceil(length / B) blocks. Spans copy_on_write: the next step writes over "
+      "positions the sequence already holds, in full blocks that forks share and copy-on-write (rightly) never "
+      "copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
+      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv", ("copy_on_write",)),
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
-      "with paged_step, which raises here for any block size but 16.",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache",)),
+      "with paged_step, which raises here for any block size but 16. Spans copy_on_write: the step raises or writes "
+      "into the table's full blocks, which forks share, so the unshared twin cannot match (the feedback names Part 2).",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache", "copy_on_write")),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
@@ -373,8 +376,11 @@ MUTANTS = [
     M("positions_restart_at_zero", "paged_step",
       "Every step starts its chunk at position 0 (as if each step were a new prompt): K/V are written over "
       "positions 0..T-1, attention sees only the chunk, and length becomes T. Verified: the first decode after a "
-      "prefill gives logits different from the contiguous forward.",
-      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv"),
+      "prefill gives logits different from the contiguous forward. Spans copy_on_write: writing over positions "
+      "0..T-1 writes into full blocks that forks share and copy-on-write (rightly) never copies, so sharing changes "
+      "the logits against the unshared twin (the feedback names Part 2).",
+      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv",
+      ("copy_on_write",)),
     M("count_sharers_not_capped", "paged_step",
       "The step's count charges one copy per sequence writing into a shared, partly filled last block (n for n "
       "holders) instead of min(n, refcount - 1): the last holder writes in place and needs none. Verified: 3 "
