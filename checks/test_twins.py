@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import rubric
-from grader.report import test_name
+from grader import report, rubric
 from grader.selftest import hostile, mutants
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +30,7 @@ def graded(tmp_path, name, text):
     for t in tests:
         for tag in t["tags"]:
             parts[tag] = parts.get(tag, 0) + t["score"]
-    ids = {test_name(check): cid for cid, check in rubric.CHECKS.items()}
+    ids = {report.test_name(check): cid for cid, check in rubric.CHECKS.items()}
     return {ids[t["name"]]: t["score"] for t in tests}, parts
 
 
@@ -74,6 +73,7 @@ def test_a_second_run_that_gives_no_answer_fails_its_cases_and_says_why(tmp_path
     assert 0 < checks["copy_on_write.fork"] < 4, checks                  # one case of three has a twin
     assert parts["paged_step"] == 30 and parts["prefix_cache"] == 10, parts
     said = json.loads((tmp_path / "crash.json").read_text())["tests"]
-    text = next(t["output"] for t in said if t["name"] == test_name(rubric.CHECKS["copy_on_write.sharing_invariance"]))
+    name = report.test_name(rubric.CHECKS["copy_on_write.sharing_invariance"])
+    text = next(t["output"] for t in said if t["name"] == name)
     assert "the run this check compares yours with (the same code, in a worker of its own) failed" in text, text
     assert "crashed the worker process" in text, text

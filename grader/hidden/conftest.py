@@ -114,19 +114,20 @@ class Grading:
                                        job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
-        self.second_futures, self.second_calls = {}, {}     # part or check id -> future; check id -> {i: calls}
+        self.second_futures, self.second_calls = {}, {}     # "seconds" or check id -> future; check id -> {i: calls}
+        self.seconds = None     # (calls, where) of the one call of every part's second runs, once started
         for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
             start = time.perf_counter()
             self.expected[check_id] = scenarios.batch(reference, self._calls(check_id))
             self.ref_seconds[check_id] = time.perf_counter() - start
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
-        twinned = {part for part, ids in self.parts.items() if self._second_ids(part)}
-        for part in sorted(self.parts, key=lambda p: p not in twinned):     # their second runs wait on them
+        self.twinned = [part for part in self.parts if self._second_ids(part)]
+        for part in sorted(self.parts, key=lambda p: p not in self.twinned):     # the second runs wait on them
             ids = self.parts[part]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
             self.part_futures[part] = self.executor.submit(self._call, part, calls, self._deadline(ids), False)
-            if part in twinned:         # the second runs start as soon as the first answer is in
-                self.part_futures[part].add_done_callback(lambda _, part=part: self._part_second(part))
+        for part in self.twinned:       # the second runs start as soon as the first answers are in
+            self.part_futures[part].add_done_callback(lambda _: self._start_seconds(wait=False))
 
     def _calls(self, check_id):
         return [[c.scenario, c.inputs] for c in self.plans[check_id]]
@@ -187,48 +188,42 @@ class Grading:
     def _second_ids(self, part):
         return [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
 
-    def _part_second(self, part):
-        """Start the second runs of a part's checks in one call, when its first call answered them all
-        (else each check's own starts when its judge asks): (key, calls, where)."""
-        whole = self.part_futures[part].result()
-        if not (whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(self.parts[part])):
+    def _start_seconds(self, wait=True):
+        """The second runs of every part whose first call answered all its checks, in ONE call (a fresh
+        worker costs more than they do), started once every such part's first call is done; a part
+        whose first call failed gets them per check, when its judges ask. (calls, where) or None."""
+        futures = [self.part_futures[p] for p in self.twinned]
+        if not wait and not all(f.done() for f in futures):
             return None
-        ids = self._second_ids(part)
+        wholes = {p: self.part_futures[p].result() for p in self.twinned}
+        data = {c: w.data[self.parts[p].index(c)] for p, w in wholes.items()
+                if w.status == "ok" and isinstance(w.data, list) and len(w.data) == len(self.parts[p])
+                for c in self._second_ids(p)}
         with self.lock:
-            calls, where = self._second_batch(ids, lambda c: whole.data[self.parts[part].index(c)])
-            if part not in self.second_futures and calls:
-                self.second_futures[part] = self.executor.submit(self._call, f"{part} (second run)", calls,
-                                                                 self._deadline(ids), False)   # retried per check
-        return part, calls, where
+            if self.seconds is None:
+                calls, where = self._second_batch(list(data), data.get)
+                if calls:
+                    self.second_futures["seconds"] = self.executor.submit(
+                        self._call, "second runs", calls, self._deadline(list(data)), False)    # retried per check
+                self.seconds = (calls, where)
+        return self.seconds
 
     def _second_reply(self, check_id, i):
-        """The sandbox's reply for case i's second run, and its index in that reply: the part's one call
-        when the part's first call answered every check, else a call of the check's own."""
-        part = rubric.CHECKS[check_id].part
-        data_of = lambda c: self._reply(c).data  # noqa: E731  (the first answer, ok: answer() saw it)
-        started = self._part_second(part)
-        if started:
-            key, calls, where = started
-        else:
-            with self.lock:
-                key = check_id
-                calls, where = self._second_batch([check_id], data_of)
-                if key not in self.second_futures and calls:
-                    self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
-                                                                    self._deadline([check_id]))
+        """The sandbox's reply for case i's second run, and its index in that reply: the one call of all
+        parts' second runs when it answered them all, else a call of the check's own."""
+        calls, where = self._start_seconds()
+        reply = self.second_futures["seconds"].result() if (check_id, i) in where else None
+        if reply is not None and reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls):
+            return reply, where[(check_id, i)]
+        data = self._reply(check_id).data        # (ok: answer() saw it)
+        with self.lock:              # the check's own call, so a failure costs only its own cases
+            calls, where = self._second_batch([check_id], lambda c: data)
+            if check_id not in self.second_futures and calls:
+                self.second_futures[check_id] = self.executor.submit(self._call, f"{check_id} (second run)", calls,
+                                                                     self._deadline([check_id]))
         if (check_id, i) not in where:
             return None, None
-        reply = self.second_futures[key].result()
-        answered = reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls)
-        if key == part and not answered:
-            with self.lock:                  # the part's call failed: this check's own, so it costs only its own
-                key = check_id
-                calls, where = self._second_batch([check_id], data_of)
-                if key not in self.second_futures:
-                    self.second_futures[key] = self.executor.submit(self._call, f"{key} (second run)", calls,
-                                                                    self._deadline([check_id]))
-            reply = self.second_futures[key].result()
-        return reply, where[(check_id, i)]
+        return self.second_futures[check_id].result(), where[(check_id, i)]
 
     def second(self, check_id, i):
         """Case i's second run: (its answers, one per call, or None, message): a missing or malformed
