@@ -14,7 +14,7 @@ What the sandbox said for staff (failed attempts, workers' stderr) is kept in `G
 
 A case with a second run (Case.second: a twin, the same implementation without sharing or without
 the cache) gets it from ANOTHER sandbox call, made here from the plan (and, for Part 5, the first
-run's rows of logits) once the first answer is in: all second runs of a part in one call, each
+run's rows of logits) once the first answers are in: every part's second runs in one call, each
 check's alone when that call fails. It is the same kind of call a check compared with the reference
 makes (a step_script), in a fresh worker that cannot see the first, so nothing the submission
 computes in one run is what the other is compared with. A missing second answer fails the case,
