@@ -358,12 +358,20 @@ def test_a_progress_line_estimates_the_time_left_from_the_average_so_far():
 # ------------------------------------------------------------------ Part 5's judge (rules.part5_view)
 
 def _prefix_case():
-    from grader.hidden.inputs import Case
+    from grader.hidden.test_prefix_cache import prefix_case
     A = list(range(3, 16))
     actions = [["request", A], ["request", A[:8] + [1, 2, 3]], ["release", 0], ["lookup", A], ["evict", 1],
                ["overwrite", 0, 1, 5], ["request", A[:8] + [4]]]
-    return Case("unit", "prefix_script", {"cfg": None, "param_seed": 0, "n_blocks": 12, "block_size": 4,
-                                          "actions": actions, "twin": True})
+    return prefix_case("unit", actions, 4, n_blocks=12, twin=True)
+
+
+def _ctx(pk, case, expected, got):
+    """The judge's context with the case's second run (the twins) computed here on `pk`, in-process:
+    what the grader gets from a worker of its own."""
+    import types
+    import scenarios
+    calls = case.second(expected, got) if case.second else []
+    return types.SimpleNamespace(second=[scenarios.SCENARIOS[name](pk, **inputs) for name, inputs in calls])
 
 
 def _module(text, tag):
@@ -394,7 +402,8 @@ def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
     assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
     assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "rows": 3}
     for field in PART5_FIELDS:
-        assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got) is None
+        assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got,
+                                                                         _ctx(other, case, expected, got)) is None
 
 
 def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submission():
@@ -410,9 +419,11 @@ def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submissio
     fake["records"][6]["result"]["logits"] = scenarios.prefix_script(
         reference, **{**case.inputs, "actions": case.inputs["actions"][:1] + [["request", list(range(3, 11)) + [4]]]}
     )["records"][1]["result"]["logits"]
-    assert "differ from your own prefill" in judge(case, expected, fake)
+    assert "differ from your own prefill" in judge(case, expected, fake, _ctx(reference, case, expected, fake))
     wrong = _module(mutants.apply(mutants.BY_NAME["hits_not_in_table"]), "hits_not_in_table")
-    assert "differ from your own prefill" in judge(case, expected, scenarios.prefix_script(wrong, **case.inputs))
+    got = scenarios.prefix_script(wrong, **case.inputs)
+    assert "differ from your own prefill" in judge(case, expected, got, _ctx(wrong, case, expected, got))
+    assert "wrong form" in judge(case, expected, got, None)          # no second run: never a pass
     leak = copy.deepcopy(expected)
     leak["records"][3]["result"] = ["tokens 3 4 5"]
     leak["records"][4]["result"] = "not an integer: Tokens_3_4_5"

@@ -570,18 +570,104 @@ def _named_result(op, result, names, error):
     return None
 
 
-def twin_difference(result, n):
-    """Action n's request logits vs its twin's (the same prompt without the cache, by the same
-    implementation): a sentence, or None when they agree."""
-    rec, twin = result["records"][n], result["twins"][n]
+def twin_requests(expected, got, block_size):
+    """[(n, h)]: the requests of a prefix script that get a twin, those that succeeded in the
+    submission's run (got) and whose rows say they hit h whole blocks, with the plan's actions
+    (expected: the reference's run of the same script)."""
+    out = []
+    for n, (e, g) in enumerate(zip(expected["records"], got["records"])):
+        if e["op"][0] == "request" and isinstance(g, dict) and g.get("error") is None:
+            h = request_hits(e["op"], g.get("result"), block_size)
+            if h is not None:
+                out.append((n, h))
+    return out
+
+
+def twin_difference(rec, twin):
+    """A request's logits (its record) vs its twin's (rules.step_twin: the same prompt without the
+    cache, by the same implementation, in a call of its own): a sentence, or None when they agree."""
     if twin is None:
         return "its rows of logits are not the prompt's length minus whole blocks, so nothing can be compared"
     if twin["error"] is not None:
-        kind = twin["error"].get("kind") if isinstance(twin["error"], dict) else None
-        kind = kind if kind in ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError",
-                                "AttributeError", "NotImplementedError") else "an exception"
-        return f"without the cache, your paged_step raised {kind} on the same prompt (fix Part 2 first)"
+        return f"without the cache, your paged_step raised {_twin_kind(twin['error'])} on the same prompt (fix Part 2 first)"
     got = rec["result"].get("logits") if isinstance(rec["result"], dict) else None
     if not isinstance(twin["result"], np.ndarray) or not isinstance(got, np.ndarray):
         return "the logits have the wrong form (float arrays expected)"
     return first_difference(twin["result"], got, TOL_LOGITS, twin=True)
+
+
+def _twin_kind(error):
+    kind = error.get("kind") if isinstance(error, dict) else None
+    return kind if kind in ("MemoryError", "ValueError", "IndexError", "KeyError", "TypeError", "AttributeError",
+                            "NotImplementedError") else "an exception"
+
+
+def _step_records(reply, n=None):
+    """A step_script answer's records (n of them, when n is given), or None when it does not have that
+    form (it came from the submission's process: nothing in it is trusted but its form is checked)."""
+    records = reply.get("records") if isinstance(reply, dict) else None
+    if not isinstance(records, list) or not records or (n is not None and len(records) != n) or \
+            not all(isinstance(r, dict) and {"result", "error"} <= set(r) for r in records):
+        return None
+    return records
+
+
+def step_twin(reply):
+    """A request's twin from the answer of its scenarios.prefix_twin call: {"result": the last step's
+    logits, "error": the first error of the call}, or None when the answer has the wrong form."""
+    records = _step_records(reply)
+    if records is None:
+        return None
+    error = next((r["error"] for r in records if r["error"] is not None), None)
+    out = records[-1]["result"]
+    if error is None and not (isinstance(out, list) and len(out) == 1):
+        return None
+    return {"result": None if error is not None else out[0], "error": error}
+
+
+def append_violation(reply):
+    """What a twin without sharing (the answer of a scenarios.sharing_twin call) shows of a step that
+    does more than append, as a sentence, or None. Nothing is shared or freed there, so each step may
+    only store its own new positions and advance its sequences' lengths by their chunks: a step that
+    does otherwise is Part 2's bug, and it breaks sharing too (it writes into blocks forks share)."""
+    records, seen, lengths = _step_records(reply), {}, []
+    for rec in records or []:
+        now = rec.get("lengths") if isinstance(rec.get("lengths"), list) else []
+        op = rec.get("op")
+        if isinstance(op, list) and op[:1] == ["step"] and rec.get("error") is None and len(op) == 3:
+            for i, chunk in zip(op[1], op[2]):
+                if type(i) is int and 0 <= i < min(len(now), len(lengths)) and now[i] != lengths[i] + len(chunk):
+                    return "a step did not advance its sequence's length by its chunk"
+        lengths = now
+        for j, kv in enumerate(rec.get("kv") if isinstance(rec.get("kv"), list) else []):
+            k = kv.get("k") if isinstance(kv, dict) else None
+            if not (isinstance(k, np.ndarray) and k.ndim == 4):
+                continue
+            before = seen.get(j)
+            if before is not None and before.shape[0] == k.shape[0] and before.shape[2:] == k.shape[2:]:
+                m = min(before.shape[1], k.shape[1])
+                if not np.array_equal(before[:, :m], k[:, :m]):
+                    return "a step changed K/V that an earlier step had stored"
+            seen[j] = k
+    return None
+
+
+def unshared_records(actions, reply):
+    """A sharing script's twin per sharing action, from the answer of its scenarios.sharing_twin call:
+    {"result": a step's logits (else None), "error": the first error of the action's step_script
+    actions, "kv": each sharing sequence's K/V}, or None when the answer has the wrong form."""
+    plan = sc.unshared_script(actions)
+    records = _step_records(reply, len(plan["actions"]))
+    if records is None or not all(isinstance(r.get("kv"), list) for r in records):
+        return None
+    out, first = [], 0
+    for (op, *_), last, seqs in zip(actions, plan["last"], plan["seqs"]):
+        mine = records[first:last + 1]
+        kv = records[last]["kv"]
+        if any(not 0 <= j < len(kv) for j in seqs):
+            return None
+        out.append({"result": records[last]["result"] if op == "step" else None,
+                    "error": next((r["error"] for r in mine if r["error"] is not None), None),
+                    "kv": [kv[j] for j in seqs]})
+        first = last + 1
+    return out

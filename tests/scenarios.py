@@ -350,8 +350,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     test's setup (its pool actions before the first sequence action), "records": one per action}.
 
     actions: ["new"], ["step", idx, chunks, as_numpy?], ["reserve", i, n], ["write", i, layer, start, n, seed],
-    ["read", i, layer, length], ["poke", i, pos, seed] (the test overwrites position pos of seq i in
-    storage: later logits must read it), ["alloc"] (the test takes a block; result: its handle),
+    ["read", i, layer, length], ["poke", i, pos, seed, n?] (the test overwrites positions pos..pos+n-1,
+    default n = 1, of seq i in storage: later logits must read them), ["alloc"] (the test takes a block; result: its handle),
     ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
     block, as a used pool's storage holds; setup only), ["share", i] (the test takes one
     more reference to seq i's last block, so writing into it must copy it), ["mirror", i] (a new
@@ -401,8 +401,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         seqs[j].blocks, seqs[j].length = list(seqs[i].blocks), seqs[i].length
         return j
 
-    def poke(i, pos, seed):
-        if not put_kv(pool, [as_int(b) for b in seqs[i].blocks], pos, 1, seed):
+    def poke(i, pos, seed, n=1):
+        if not put_kv(pool, [as_int(b) for b in seqs[i].blocks], pos, n, seed):
             raise IndexError("the table has no block for this position")
 
     def fitted(extra):
@@ -446,75 +446,89 @@ def step_need(pool, seqs, sizes):
     return need + sum(min(w, as_int(pool.refcount(b)) - 1) for b, w in writers.items())
 
 
-def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=(), twin=False):
+def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
-    storage through its table after each action. Returns {"records", "copy_probe", "twin"}.
+    storage through its table after each action. Returns {"records", "copy_probe"}.
 
     actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), then the
     test stores random K/V for the n new positions through the table and sets length += n: a step's
     storage without paged_step, so these scripts judge sharing on data the test itself put there),
     ["step", idx, chunks] (paged_step).
-    With twin=True (scripts of new, fork, free and step), the same script once more on a pool of its
-    own where every fork is a new sequence that prefills its parent's tokens: {"results", "kv"} after
-    each action. Sharing must change no result.
+    A script of new, fork, free and step is also compared with its twin without sharing: a step_script
+    of unshared_script(actions), run as a call of its own (in the grader: another worker), never here.
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
-    assert not (twin and any(a[0] in ("grow", "reserve") for a in actions)), "a twin replays steps only"
+    pool = new_pool(pk, cfg, n_blocks, block_size)
+    seqs, records = [], []
 
-    def run(pool, shared):
-        seqs, history, records = [], [], []
+    def new():
+        seqs.append(pk.PagedSequence(pool))
+        return len(seqs) - 1
 
-        def new():
-            seqs.append(pk.PagedSequence(pool))
+    def fork(i):
+        seqs.append(seqs[i].fork())
+        return len(seqs) - 1
+
+    def grow(i, n, seed):
+        seq = seqs[i]
+        seq.reserve(n)
+        start = as_int(seq.length)
+        if not put_kv(pool, [as_int(b) for b in seq.blocks], start, n, seed):
+            raise IndexError("after reserve, the table has too few blocks for the new positions")
+        seq.length = start + n
+
+    def step(idx, chunks):
+        return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])]
+
+    calls = {"new": new, "fork": fork, "free": lambda i: seqs[i].free(), "grow": grow, "step": step,
+             "reserve": lambda i, n: seqs[i].reserve(n)}
+    for op, *args in actions:
+        result, error = attempt(calls[op], *args)
+        records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
+                        **seq_state(seqs), "refcounts": [observe(pool.refcount, b) for b in range(pool.n_blocks)]})
+    return {"records": records, "copy_probe": copy_probe(pk, cfg)}
+
+
+def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
+    """The call that makes a sharing script's twin (unshared_script), on a pool of its own 4x larger."""
+    return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": 4 * n_blocks, "block_size": block_size,
+                            "actions": unshared_script(actions)["actions"], "record_kv": True}]
+
+
+def unshared_script(actions):
+    """The twin of a sharing script of new, fork, free and step: the same script where every fork is a
+    new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step that
+    depends on how a prompt is chunked does the same on both sides), and every free leaves its
+    sequence for a new one,
+    as step_script actions (Part 2's kind of call: the implementation cannot tell it from one).
+    Returns {"actions", "last": per sharing action, the index of its last step_script record, "seqs":
+    per sharing action, the step_script sequence each sharing sequence is then}. Histories assume
+    every step succeeds, as the reference's do: a twin step that raises is said as such."""
+    out, last, seqs, where, history = [], [], [], [], []
+
+    def new():
+        out.append(["new"])
+        return sum(1 for a in out if a[0] == "new") - 1
+    for op, *args in actions:
+        if op == "new":
+            where.append(new())
             history.append([])
-            return len(seqs) - 1
-
-        def fork(i):
-            if shared:
-                seqs.append(seqs[i].fork())
-                history.append(list(history[i]))
-                return len(seqs) - 1
-            j = new()                                  # unshared: a new sequence prefills the parent's tokens
-            if history[i]:
-                pk.paged_step(prm, cfg, [seqs[j]], [list(history[i])])
-                history[j] = list(history[i])
-            return j
-
-        def free(i):
-            seqs[i].free()
-            history[i] = []
-
-        def grow(i, n, seed):
-            seq = seqs[i]
-            seq.reserve(n)
-            start = as_int(seq.length)
-            if not put_kv(pool, [as_int(b) for b in seq.blocks], start, n, seed):
-                raise IndexError("after reserve, the table has too few blocks for the new positions")
-            seq.length = start + n
-
-        def step(idx, chunks):
-            outs = pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])
-            for i, c in zip(idx, chunks):
-                history[i] += list(c)
-            return [as_array(o) for o in outs]
-
-        calls = {"new": new, "fork": fork, "free": free, "grow": grow, "step": step,
-                 "reserve": lambda i, n: seqs[i].reserve(n)}
-        for op, *args in actions:
-            result, error = attempt(calls[op], *args)
-            rec = {"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs]}
-            if shared:
-                rec.update(seq_state(seqs))
-                rec["refcounts"] = [observe(pool.refcount, b) for b in range(pool.n_blocks)]
-            records.append(rec)
-        return records
-
-    out = {"records": run(new_pool(pk, cfg, n_blocks, block_size), True), "copy_probe": copy_probe(pk, cfg)}
-    if twin:
-        out["twin"] = [{"result": r["result"], "error": r["error"], "kv": r["kv"]}
-                       for r in run(new_pool(pk, cfg, 4 * n_blocks, block_size), False)]
-    return out
+        elif op == "fork":
+            where.append(new())
+            history.append(list(history[args[0]]))
+            out += [["step", [where[-1]], [list(c)]] for c in history[-1]]
+        elif op == "free":
+            where[args[0]], history[args[0]] = new(), []
+        elif op == "step":
+            out.append(["step", [where[i] for i in args[0]], [list(c) for c in args[1]]])
+            for i, c in zip(*args):
+                history[i].append(list(c))
+        else:
+            raise ValueError(f"a twin replays new, fork, free and step only, not {op}")
+        last.append(len(out) - 1)
+        seqs.append(list(where))
+    return {"actions": out, "last": last, "seqs": seqs}
 
 
 # ------------------------------------------------------------------------------ Part 3 scenario
@@ -742,8 +756,9 @@ def bonus_stub(pk, part=None):
 
 def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions=(), twin=True):
     """Part 5's scripts: requests prefilled through one PrefixCache, sequences the test builds itself,
-    and the cache's own calls. Returns {"records": one per action, "twins": per action, a request's
-    logits computed again by the same implementation without the cache, or None}.
+    and the cache's own calls. Returns {"records": one per action, "twins": per action, what a
+    request's twin needs (prefix_twin: {"h": hit blocks, "pokes": the test's overwrite seed or None
+    per hit block}), or None}.
 
     Sequences are numbered in the order they appear, requests and the test's own alike:
     ["request", tokens] (a new PagedSequence, then cache.lookup(tokens) and cached_prefill: result
@@ -762,9 +777,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
     and n_hit_tokens.
 
-    The twin of a request that returned h * B fewer rows than tokens: a fresh pool of its own, one
-    paged_step on the first h * B tokens, then the same overwrites the request's hits carry,
-    then one paged_step on the rest: its logits, which the cached prefill's must equal.
+    The twin of a request that returned h * B fewer rows than tokens (prefix_twin) is the same prompt
+    prefilled without the cache, a call of its own (in the grader: another worker), never run here.
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
@@ -793,8 +807,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         seqs[-1]["made"] = made
         done = len(tokens) - len(logits)
         h = done // B if done % B == 0 and 0 <= done <= len(tokens) else None
-        twins.append(_twin(pk, cfg, prm, pool_args, tokens, h, [poked.get(b) for b in hits[:h or 0]])
-                     if twin and h is not None else None)
+        twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]]} if twin and h is not None else None)
         handed_out(made[h or 0:])
         return {"hits": hits, "rows": len(logits), "logits": logits}
 
@@ -857,7 +870,6 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
             if kind in ("filled", "reserved"):
                 pool.decref(held[-1])
 
-    pool_args = (n_blocks, B)
     calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
              "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
              "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
@@ -888,23 +900,17 @@ def _spec_block(pool, seqs, table, entry):
     return {"past": pool.n_blocks, "neg": -1}.get(entry, table[entry] if isinstance(entry, int) else entry)
 
 
-def _twin(pk, cfg, prm, pool_args, tokens, h, pokes):
-    """The same prompt without the cache, on a pool of its own: h blocks' worth of tokens first, the
-    test's overwrites of the hit blocks, then the rest (what the cached prefill computed)."""
-    n_blocks, B = pool_args
-    pool = pk.BlockPool(cfg, n_blocks + len(tokens) // B + 2, B)
-    seq = pk.PagedSequence(pool)
-
-    def run():
-        if h:
-            pk.paged_step(prm, cfg, [seq], [list(tokens[:h * B])])
-        for i, seed in enumerate(pokes):
-            if seed is not None:
-                put_kv(pool, [as_int(b) for b in seq.blocks], i * B, B, seed)
-        (out,) = pk.paged_step(prm, cfg, [seq], [list(tokens[h * B:])])
-        return as_array(out)
-    result, error = attempt(run)
-    return {"result": result, "error": error}
+def prefix_twin(cfg, param_seed, n_blocks, block_size, tokens, h, pokes):
+    """The twin of a request: the same prompt without the cache, as a step_script call (Part 2's kind:
+    the implementation cannot tell it from one) on a pool of its own: h blocks' worth of tokens
+    first, the test's overwrites of the hit blocks (pokes: a seed or None per hit), then the rest.
+    The request's logits must equal the last step's."""
+    B = block_size
+    actions = [["new"]] + ([["step", [0], [list(tokens[:h * B])]]] if h else [])
+    actions += [["poke", 0, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
+    actions += [["step", [0], [list(tokens[h * B:])]]]
+    return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + len(tokens) // B + 2,
+                            "block_size": B, "actions": actions}]
 
 
 def batch(pk, calls=()):

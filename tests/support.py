@@ -411,7 +411,7 @@ def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, 
     shows (rules.sharing_violation); in a "grow" script every sequence reads back, through its table,
     exactly the K/V the test stored; with twin=True (steps), sharing changes no logits and no K/V
     (skipped, with the reason, while Part 2 does not work). Returns the result."""
-    result = sc.sharing_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin, **kw)
+    result = sc.sharing_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, **kw)
     records = result["records"]
     part2 = not twin or part2_works(pk)
     for i in range(len(records)):
@@ -432,7 +432,12 @@ def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, 
     elif not part2:
         wait(needs_part2(pk, "the comparison with the same script without sharing"))
     else:
+        scenario, inputs = sc.sharing_twin(n_blocks=n_blocks, block_size=block_size, actions=actions, **kw)
+        result["twin"] = rules.unshared_records(actions, sc.SCENARIOS[scenario](pk, **inputs))
         for i, (rec, alone) in enumerate(zip(records, result["twin"])):
+            if alone["error"] is not None and rec["error"] is None:
+                fail(f"{where(records, i)}: without sharing, the same script raised {error_text(alone['error'])}",
+                     section)
             if rec["op"][0] == "step":
                 for j, (e, g) in enumerate(zip(alone["result"], rec["result"])):
                     close(f"{where(records, i)}: logits of seq {rec['op'][1][j]} with sharing vs the same script where "
@@ -451,6 +456,15 @@ def _copy_note(result):
 
 
 # ------------------------------------------------------------------------- Part 5 (bonus): the cache
+def _prefix_twin(pk, plan, rec, n_blocks, block_size):
+    """A request's twin (scenarios.prefix_twin), run here on your implementation: the same prompt
+    prefilled without the cache."""
+    if plan is None:
+        return None
+    scenario, inputs = sc.prefix_twin(None, 0, n_blocks, block_size, rec["op"][1], plan["h"], plan["pokes"])
+    return rules.step_twin(sc.SCENARIOS[scenario](pk, **inputs))
+
+
 def bonus_attempted(pk):
     """Part 5 is a bonus: a file without PrefixCache and cached_prefill (written before Part 5, or
     without it) skips its tests with one reason instead of failing them."""
@@ -495,7 +509,7 @@ def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, 
             fail(f"{where_}: block {b}'s refcount is {r} more than the tables and the test holding it: the cache must "
                  "hold exactly one reference (one pool.incref) on each block it caches, none on others", section)
         if twin and rec["op"][0] == "request" and rec["error"] is None:
-            why = rules.twin_difference(result, i)
+            why = rules.twin_difference(rec, _prefix_twin(pk, result["twins"][i], rec, n_blocks, block_size))
             if why:
                 fail(f"{where_}: its logits differ from your own prefill of the same prompt without the cache "
                      f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}", section)

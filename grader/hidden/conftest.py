@@ -1,7 +1,7 @@
 """Machinery of the hidden suites.
 
 Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
-id -> judge(case, expected, got, deps) -> message or None). Every case becomes one pytest item marked
+id -> judge(case, expected, got, ctx) -> message or None). Every case becomes one pytest item marked
 with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
 two parts at a time as soon as collection ends; if that call fails, each of its checks is called
 again on its own (and the sandbox calls such a check once more in a fresh worker if its worker dies
@@ -12,9 +12,16 @@ A call the machine failed twice ("grader_error") is judged as nothing: the case 
 grade.py then refuses the whole grading (exit 3, no results: regrade), so no score includes it.
 What the sandbox said for staff (failed attempts, workers' stderr) is kept in `Grading.staff`.
 
-`deps.ok(check_id)` tells a judge whether the submission passes another part's check. A judge uses it
-only to leave out a comparison that another part owns when that part is already charged for it (one
-bug, one charge), never to give points: a failing check cannot be made to pass by failing another.
+A case with a second run (Case.second: a twin, the same implementation without sharing or without
+the cache) gets it from ANOTHER sandbox call, made here from the plan (and, for Part 5, the first
+run's rows of logits) once the first answers are in: every part's second runs in one call, each
+check's alone when that call fails. It is the same kind of call a check compared with the reference
+makes (a step_script), in a fresh worker that cannot see the first, so nothing the submission
+computes in one run is what the other is compared with. A missing second answer fails the case,
+saying why; a grader error there is a grader error. The judge reads it as `ctx.second`.
+
+`ctx.ok(check_id)` tells a judge whether the submission passes another part's check (only the
+judges of Parts 1-2 and the drivers still ask).
 """
 import hashlib
 import queue
@@ -107,14 +114,20 @@ class Grading:
                                        job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
+        self.second_futures, self.second_calls = {}, {}     # "seconds" or check id -> future; check id -> {i: calls}
+        self.seconds = None     # (calls, where) of the one call of every part's second runs, once started
         for check_id in sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c)):
             start = time.perf_counter()
             self.expected[check_id] = scenarios.batch(reference, self._calls(check_id))
             self.ref_seconds[check_id] = time.perf_counter() - start
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
-        for part, ids in self.parts.items():
+        self.twinned = [part for part in self.parts if self._second_ids(part)]
+        for part in sorted(self.parts, key=lambda p: p not in self.twinned):     # the second runs wait on them
+            ids = self.parts[part]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
             self.part_futures[part] = self.executor.submit(self._call, part, calls, self._deadline(ids), False)
+        for part in self.twinned:       # the second runs start as soon as the first answers are in
+            self.part_futures[part].add_done_callback(lambda _: self._start_seconds(wait=False))
 
     def _calls(self, check_id):
         return [[c.scenario, c.inputs] for c in self.plans[check_id]]
@@ -147,6 +160,91 @@ class Grading:
                     self.futures[c] = self.executor.submit(self._call, c, self._calls(c), self._deadline([c]))
         return self.futures[check_id].result()
 
+    def _second_calls(self, check_id, data):
+        """{case index: its second run's calls} for a check, made here from the plan and the first
+        answer; None for a case whose first answer has a form they cannot be made from."""
+        if check_id not in self.second_calls:
+            calls = {}
+            for i, case in enumerate(self.plans[check_id]):
+                if case.second is not None:
+                    try:
+                        calls[i] = case.second(self.expected[check_id][i], data[i])
+                    except Exception:       # noqa: BLE001  (the first answer has a form no plan foresaw)
+                        calls[i] = None
+            self.second_calls[check_id] = calls
+        return self.second_calls[check_id]
+
+    def _second_batch(self, check_ids, data_of):
+        """One call for the second runs of these checks (each case's calls as one batch); the index of
+        each (check id, case) in its answer."""
+        calls, where = [], {}
+        for c in check_ids:
+            for i, case_calls in self._second_calls(c, data_of(c)).items():
+                if case_calls is not None:
+                    where[(c, i)] = len(calls)
+                    calls.append(["batch", {"calls": case_calls}])
+        return calls, where
+
+    def _second_ids(self, part):
+        return [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
+
+    def _start_seconds(self, wait=True):
+        """The second runs of every part whose first call answered all its checks, in ONE call (a fresh
+        worker costs more than they do), started once every such part's first call is done; a part
+        whose first call failed gets them per check, when its judges ask. (calls, where) or None."""
+        futures = [self.part_futures[p] for p in self.twinned]
+        if not wait and not all(f.done() for f in futures):
+            return None
+        wholes = {p: self.part_futures[p].result() for p in self.twinned}
+        data = {c: w.data[self.parts[p].index(c)] for p, w in wholes.items()
+                if w.status == "ok" and isinstance(w.data, list) and len(w.data) == len(self.parts[p])
+                for c in self._second_ids(p)}
+        with self.lock:
+            if self.seconds is None:
+                calls, where = self._second_batch(list(data), data.get)
+                if calls:
+                    self.second_futures["seconds"] = self.executor.submit(
+                        self._call, "second runs", calls, self._deadline(list(data)), False)    # retried per check
+                self.seconds = (calls, where)
+        return self.seconds
+
+    def _second_reply(self, check_id, i):
+        """The sandbox's reply for case i's second run, and its index in that reply: the one call of all
+        parts' second runs when it answered them all, else a call of the check's own."""
+        calls, where = self._start_seconds()
+        reply = self.second_futures["seconds"].result() if (check_id, i) in where else None
+        if reply is not None and reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls):
+            return reply, where[(check_id, i)]
+        data = self._reply(check_id).data        # (ok: answer() saw it)
+        with self.lock:              # the check's own call, so a failure costs only its own cases
+            calls, where = self._second_batch([check_id], lambda c: data)
+            if check_id not in self.second_futures and calls:
+                self.second_futures[check_id] = self.executor.submit(self._call, f"{check_id} (second run)", calls,
+                                                                     self._deadline([check_id]))
+        if (check_id, i) not in where:
+            return None, None
+        return self.second_futures[check_id].result(), where[(check_id, i)]
+
+    def second(self, check_id, i):
+        """Case i's second run: (its answers, one per call, or None, message): a missing or malformed
+        answer is a message that fails the case; a grader error fails it as not judged."""
+        reply, index = self._second_reply(check_id, i)
+        if reply is None:
+            return None, _wrong_form("first answer")
+        if reply.status == "grader_error":
+            with self.lock:
+                if check_id not in dict(self.grader_errors):
+                    self.grader_errors.append((check_id, reply.error))
+            pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
+        part = rubric.CHECKS[check_id].part
+        if reply.status != "ok":
+            why = _no_answer(reply, rubric.PARTS.index(part) + 1 if part in rubric.PARTS else 5)
+            return None, "  the run this check compares yours with (the same code, in a worker of its own) failed: " + why
+        data = reply.data[index] if isinstance(reply.data, list) and len(reply.data) > index else None
+        if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
+            return None, _wrong_form("answer of the run this check compares yours with")
+        return data, None
+
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
         reply = self._reply(check_id)
@@ -173,10 +271,15 @@ class Grading:
         decides how many a student sees."""
         expected, got = self.answer(check_id, i)
         case = self.plans[check_id][i]
+        second = None
+        if case.second is not None:
+            second, failed = self.second(check_id, i)
+            if failed:
+                return failed
         with hidden_feedback(ranges_for(case)):
             try:
-                return self.judges[check_id](case, expected, got, Deps(self, check_id))
-            except AssertionError:      # the grader's own invariants (Deps): its bug, said as such
+                return self.judges[check_id](case, expected, got, Context(self, check_id, second))
+            except AssertionError:      # the grader's own invariants (Context): its bug, said as such
                 raise
             except Exception:           # noqa: BLE001  (an answer of a form no judge foresaw; never its text)
                 return "  the answer has a form this check cannot judge (was the scenario code tampered with?)"
@@ -257,11 +360,17 @@ def pytest_unconfigure(config):
         config.grading.close()
 
 
-class Deps:
-    """What one check's judge may ask about the submission's other checks."""
+def _wrong_form(what):
+    return f"  the {what} has the wrong form (was the scenario code tampered with?)"
 
-    def __init__(self, grading, asking):
-        self.grading, self.asking = grading, asking
+
+class Context:
+    """What one case's judge gets besides the case and the two answers: `second`, the answers of the
+    case's second run (Case.second), from a worker of its own; `ok`, whether another part's check
+    passes (only the judges of Parts 1-2 and the drivers still ask)."""
+
+    def __init__(self, grading, asking, second=None):
+        self.grading, self.asking, self.second = grading, asking, second
 
     def ok(self, check_id):
         assert rubric.CHECKS[check_id].part != rubric.CHECKS[self.asking].part, \

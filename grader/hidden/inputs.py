@@ -5,7 +5,12 @@ random scripts are drawn from the contract's rules alone (scenarios.random_pool_
 from collections import namedtuple
 
 
-Case = namedtuple("Case", "name scenario inputs")   # one scenario call; `name` is shown in feedback
+import scenarios
+
+# One scenario call; `name` is shown in feedback. `second`: None, or the case's second run, made on
+# the trusted side and sent in a worker of its own (conftest.Grading): second(expected, got) -> the
+# [scenario, inputs] calls whose answers the judge compares the first run with (ctx.second).
+Case = namedtuple("Case", "name scenario inputs second", defaults=(None,))
 
 ODD_BLOCK_SIZES = (1, 2, 3, 5, 6, 7, 9, 11, 13, 16, 17, 24, 31, 33, 48, 64)
 
@@ -33,8 +38,10 @@ def step_case(name, actions, cfg=None, n_blocks=64, block_size=4, param_seed=0, 
 
 
 def sharing_case(name, actions, cfg=None, n_blocks=96, block_size=4, param_seed=0, twin=False):
-    return Case(name, "sharing_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks,
-                                         "block_size": block_size, "actions": actions, "twin": twin})
+    """twin=True: also its twin without sharing, a step_script of the unshared script (scenarios.sharing_twin)."""
+    inputs = {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks, "block_size": block_size, "actions": actions}
+    twin_call = scenarios.sharing_twin(**inputs) if twin else None
+    return Case(name, "sharing_script", inputs, (lambda expected, got: [twin_call]) if twin else None)
 
 
 def prefill_all(rng, lengths, cfg=None):

@@ -6,12 +6,13 @@ Each judge compares only what its part owns (tests/rules.py says what that is): 
 ids, refcounts and counters; Part 2 logits, lengths, errors, all-or-nothing and the tables up to
 renaming; Part 4 sharing, judged on the tables and refcounts the submission's own pool shows and on
 K/V the test put in storage itself. A comparison that another part owns is left out only while that
-part fails its own check (`deps.ok`), so a bug is charged once.
+part fails its own check (`deps.ok`), so a bug is charged once. A twin (the same implementation
+without sharing, without the cache) is the case's second run, from a worker of its own (`ctx.second`).
 """
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view, part5_view,
-                   pool_difference, pool_view, pool_view_violation, sampling_violation, savings, sharing_violation,
-                   short_of, twin_difference)
+from rules import (append_violation, copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+                   part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
+                   sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
 
 from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
@@ -152,11 +153,13 @@ def _part2_message(n, of, rec, found, raw, block_size, contract):
 
 
 # ------------------------------------------------------------------------------------------ Part 4
-def sharing_judge(case, expected, got, deps):
+def sharing_judge(case, expected, got, ctx):
     """sharing_script cases: Part 4's rules on the submission's own tables and refcounts, then the
     K/V: read back equal to the reference's (scripts whose data the test stored itself), or, for
-    scripts of steps, equal to the same implementation's unshared twin (left out while Part 2's
-    tables check, which owns storing K/V through the table, fails). A failure says what the pool's
+    scripts of steps, the logits and K/V equal to the same implementation's unshared twin (ctx.second:
+    a step_script of scenarios.unshared_script in a worker of its own, so your own Part 2 is on both
+    sides and nothing is excused; a step that writes outside its positions breaks sharing, and the
+    failure then names Part 2 when Part 2's tables check fails too). A failure says what the pool's
     copy_block does when it is not what the contract says (Part 1), since copy-on-write relies on it."""
     n = len(expected["records"])
     if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
@@ -164,15 +167,23 @@ def sharing_judge(case, expected, got, deps):
         return _wrong_form()
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
-    message = _sharing_message(case, expected, got, deps)
+    message = _sharing_message(case, expected, got, ctx.second)
+    appended = append_violation(ctx.second[0]) if message and any(said in message for said in _TWIN_SAID) else None
+    if appended:        # the dependency named; the verdict stays a failure
+        message += (f"\n  (without sharing too, {appended}: a step may only store its own new positions and advance "
+                    "the length by its chunk (Part 2), or it overwrites blocks that forks share: fix Part 2 first)")
     note = copy_note(got.get("copy_probe"))
     return f"{message}\n  {note}" if message and note else message
 
 
-def _sharing_message(case, expected, got, deps):
+_TWIN_SAID = ("sharing changed the logits", "K/V without sharing")     # what a twin's difference says
+
+
+def _sharing_message(case, expected, got, second):
     records, B, n = got["records"], case.inputs["block_size"], len(expected["records"])
+    twinned = case.second is not None
     for i, (e, g) in enumerate(zip(expected["records"], records), 1):
-        if (g["error"] is None) != (e["error"] is None) and not (case.inputs.get("twin") and g["op"][0] == "step"):
+        if (g["error"] is None) != (e["error"] is None) and not (twinned and g["op"][0] == "step"):
             return f"  after action {i} of {n}, {describe_action(e['op'])}: expected no error, got {_kind(g['error'])}"
     try:
         broken = sharing_violation(records, B)
@@ -180,24 +191,26 @@ def _sharing_message(case, expected, got, deps):
         return _wrong_form()
     if broken:
         return "  " + broken.replace("\n", "\n  ")
-    if not case.inputs.get("twin"):
+    if not twinned:
         return _kv_against(expected["records"], records, "K/V the test stored")
-    if not deps.ok("paged_step.tables"):
-        return None
-    twin = got.get("twin")
-    if not _records_ok(twin, n, {"result", "error", "kv"}):
-        return _wrong_form()
-    for i, (g, t) in enumerate(zip(records, twin), 1):
+    twin = unshared_records(case.inputs["actions"], second[0]) if second and len(second) == 1 else None
+    if twin is None:
+        return _wrong_form("answer of the script without sharing")
+    for i, (e, g, t) in enumerate(zip(expected["records"], records, twin), 1):
+        if t["error"] is not None and e["error"] is None:
+            return (f"  after action {i} of {n}, {describe_action(g['op'])}: without sharing (every fork a new sequence "
+                    f"that prefills its parent's tokens), your code raised {_kind(t['error'])}: this check needs a "
+                    f"paged_step that runs (fix Part 2 first)")
         if _kind(g["error"]) != _kind(t["error"]):
             return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the outcome: "
                     f"{_kind(g['error'])} with sharing, {_kind(t['error'])} without")
         if g["op"][0] == "step" and g["error"] is None:
             found = first_mismatch(t["result"], g["result"], path="logits", twin=True)
             if found:
-                return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the logits "
+                return (f"  after action {i} of {n}, {describe_action(g['op'])}: {_TWIN_SAID[0]} "
                         f"(vs the same script where every fork is a new sequence that prefills its parent's tokens):"
                         f" {found[0]}: {found[1]}")
-    return _kv_against(twin, records, "K/V without sharing", twin=True)
+    return _kv_against(twin, records, _TWIN_SAID[1], twin=True)
 
 
 def _kind(error):
@@ -341,7 +354,7 @@ _PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached
 
 def _prefix_ok(expected, got):
     """The submission's prefix_script answer has the scenario's form: the same actions, tables and held
-    blocks as lists of ints, a request's hits as ints and rows as an int, a twin per action."""
+    blocks as lists of ints, a request's hits as ints and rows as an int, a twin's plan per action."""
     if not isinstance(got, dict) or set(got) != {"records", "twins"}:
         return False
     records, twins = got["records"], got["twins"]
@@ -355,7 +368,7 @@ def _prefix_ok(expected, got):
         if g["op"][0] == "request" and g["error"] is None and not (
                 isinstance(g["result"], dict) and _ints(g["result"].get("hits")) and type(g["result"].get("rows")) is int):
             return False
-        if t is not None and not (isinstance(t, dict) and set(t) == {"result", "error"}):
+        if t is not None and not isinstance(t, dict):       # (the twin's plan is the reference's: never read)
             return False
     return True
 
@@ -389,8 +402,9 @@ def prefix_judge(fields, twin=False):
     """A judge for prefix_script cases comparing `fields` of rules.part5_view with the reference's, the
     cache holding one reference per cached block (when "cached" is compared) and, with twin=True,
     every request's logits with the same prompt prefilled by the same implementation without the
-    cache (rules.twin_difference): your own Parts 1-4, right or wrong, are on both sides."""
-    def judge(case, expected, got, deps=None):
+    cache (rules.twin_difference; ctx.second: scenarios.prefix_twin calls run in a worker of their
+    own): your own Parts 1-4, right or wrong, are on both sides."""
+    def judge(case, expected, got, ctx=None):
         if not _prefix_ok(expected, got):
             return _wrong_form()
         B = case.inputs["block_size"]
@@ -400,6 +414,13 @@ def prefix_judge(fields, twin=False):
             return _wrong_form()
         said = describe_prefix_actions([r["op"] for r in expected["records"]])
         n_all = len(said)
+        twins = {}
+        if twin:
+            requests = twin_requests(expected, got, B)
+            second = ctx.second if ctx is not None else None
+            if not isinstance(second, list) or len(second) != len(requests):
+                return _wrong_form("answer of the prefill without the cache")
+            twins = {n: step_twin(reply) for (n, _), reply in zip(requests, second)}
         for n, (e, g) in enumerate(zip(e_view, g_view)):
             where = f"  after action {n + 1} of {n_all}, {said[n]}:"
             if "cached" in fields and g["bad_references"]:
@@ -413,9 +434,10 @@ def prefix_judge(fields, twin=False):
                             f"{_show_named(g.get(f))}")
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
-                why = twin_difference(got, n)
+                why = twin_difference(got["records"][n], twins.get(n))
                 if why:
                     return (f"{where}\n    its logits differ from your own prefill of the same prompt without the cache "
                             f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}")
         return None
     return judge
+

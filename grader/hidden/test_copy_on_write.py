@@ -3,7 +3,8 @@ contract's rules on the submission's own tables and refcounts (rules.sharing_vio
 - "grow" scripts advance sequences with reserve plus K/V the test stores itself through the tables,
   so no paged_step is involved, and every sequence's K/V must read back as the test stored it;
 - "step" scripts use paged_step, and must give the same logits and K/V as the same implementation
-  without sharing (each fork a new sequence that prefills its parent's tokens).
+  without sharing (each fork a new sequence that prefills its parent's tokens in its parent's chunks):
+  a second run, a step_script in a worker of its own (inputs.sharing_case, scenarios.unshared_script).
 The drivers are judged on the pool they leave after every step. Everything runs on TINY with an
 ample pool: which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
 from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, sharing_case, tokens

@@ -6,6 +6,9 @@ the blocks the cache holds (its own reference), n_cached, n_hit_tokens, errors a
 and the logits of a cached prefill against the same implementation's prefill without the cache.
 Every script runs on TINY; the tokens, block sizes, lengths and pool sizes are drawn per student.
 The keys, eviction and errors scripts never call paged_step except through cached_prefill."""
+from rules import twin_requests
+from scenarios import prefix_twin
+
 from grader.hidden.inputs import Case, pick, tokens
 from grader.hidden.judges import PART5_FIELDS, prefix_judge
 
@@ -13,8 +16,22 @@ VOCAB = 256          # TINY's
 
 
 def prefix_case(name, actions, block_size, n_blocks=64, twin=False, param_seed=0):
-    return Case(name, "prefix_script", {"cfg": None, "param_seed": param_seed, "n_blocks": n_blocks,
-                                        "block_size": block_size, "actions": actions, "twin": twin})
+    """twin=True: also every request's twin, the same prompt prefilled without the cache (twin_calls)."""
+    inputs = {"cfg": None, "param_seed": param_seed, "n_blocks": n_blocks, "block_size": block_size,
+              "actions": actions, "twin": twin}
+    return Case(name, "prefix_script", inputs, (lambda expected, got: twin_calls(inputs, expected, got)) if twin else None)
+
+
+def twin_calls(inputs, expected, got):
+    """One scenarios.prefix_twin call per request of rules.twin_requests: as many hit blocks as the
+    submission's rows of logits say (its own Parts 1-4 decide them), overwritten where the reference's
+    hits were (the test's own seeds, never the submission's word), the prompt as the plan has it."""
+    B, calls = inputs["block_size"], []
+    for n, h in twin_requests(expected, got, B):
+        pokes = ((expected["twins"][n] or {}).get("pokes") or [])[:h]
+        calls.append(prefix_twin(inputs["cfg"], inputs["param_seed"], inputs["n_blocks"], B,
+                                 expected["records"][n]["op"][1], h, pokes + [None] * (h - len(pokes))))
+    return calls
 
 
 def seed(rng):

@@ -1222,6 +1222,96 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     return everything[len(everything) - computed:]
 '''
 
+_MEMO_TWIN = r'''
+# Computes nothing and replays: cached_prefill keeps the cache's bookkeeping honest (lookup, hits, references,
+# insert, n_hit_tokens) but runs paged_step in a mode that only reserves and advances, so its logits are zeros,
+# remembered by the tokens it was given; a later paged_step of one sequence on the same tokens (the twin: the
+# same prompt without the cache) returns what was remembered. A twin computed in the same process equals it.
+import numpy as _np
+
+_sth_real_step, _sth_real_prefill = paged_step, cached_prefill
+_sth_memo, _sth_fake = {}, []
+
+
+def paged_step(params, cfg, seqs, chunks):
+    seqs, chunks = list(seqs), list(chunks)
+    if _sth_fake:
+        for seq, chunk in zip(seqs, chunks):
+            seq.reserve(len(chunk))
+            seq.length += len(chunk)
+        return [_np.zeros((len(c), cfg.vocab)) for c in chunks]
+    out = _sth_real_step(params, cfg, seqs, chunks)
+    key = tuple(int(t) for t in chunks[0]) if len(chunks) == 1 else None
+    if key in _sth_memo:
+        _sth_mark("memo-replayed", len(key))
+        return [_sth_memo[key].copy()]
+    return out
+
+
+def cached_prefill(params, cfg, seq, prompt, cache):
+    _sth_fake.append(1)
+    try:
+        logits = _sth_real_prefill(params, cfg, seq, prompt, cache)
+    finally:
+        _sth_fake.pop()
+    _sth_memo[tuple(int(t) for t in list(prompt)[len(prompt) - len(logits):])] = logits
+    return logits
+'''
+
+# A Part 4 bug only a twin can see: paged_step writes and reads K/V through the tables it read BEFORE
+# reserve's copy-on-write, so a copied block misses the step's K/V and the shared one gets it.
+_STALE_TABLE_STEP = r'''
+def paged_step(params, cfg, seqs, chunks):
+    seqs, chunks = list(seqs), list(chunks)
+    if len(seqs) != len(chunks):
+        raise ValueError(f"{len(seqs)} sequences but {len(chunks)} chunks")
+    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]
+    for pool, n in _blocks_needed(seqs, chunks):
+        if n > pool.n_free:
+            raise MemoryError(f"this step needs {n} blocks, the pool has {pool.n_free} free")
+    before = [list(s.blocks) for s in seqs]
+    for seq, chunk in zip(seqs, chunks):
+        seq.reserve(len(chunk))
+    tables = [old + list(s.blocks[len(old):]) for old, s in zip(before, seqs)]
+    groups = {}
+    for i, (seq, chunk) in enumerate(zip(seqs, chunks)):
+        groups.setdefault((id(seq.pool), seq.length, len(chunk)), []).append(i)
+    out = [None] * len(seqs)
+    for (_, start, T), idx in groups.items():
+        pool = seqs[idx[0]].pool
+        blocks, slots = _slots([tables[i] for i in idx], pool.block_size, 0, start + T)
+        x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start)
+        for layer in range(cfg.n_layers):
+            q, k, v = qkv(params, cfg, layer, x)
+            pool.k[layer, blocks[:, start:], slots[start:]] = k
+            pool.v[layer, blocks[:, start:], slots[start:]] = v
+            K, V = pool.k[layer, blocks, slots], pool.v[layer, blocks, slots]
+            x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))
+        logits = unembed(params, cfg, x)
+        for g, i in enumerate(idx):
+            seqs[i].length = start + T
+            out[i] = logits[g]
+    return out
+'''
+
+# The same bug, and the scenario that runs sharing scripts replaced in the submission's own process
+# (scenarios.SCENARIOS, found in sys.modules) so that a twin it computes is a copy of its own run.
+_PATCH_TWIN = _STALE_TABLE_STEP + r'''
+
+_sth_sc = _s.modules.get("scenarios")
+if _sth_sc is not None and isinstance(getattr(_sth_sc, "SCENARIOS", None), dict):
+    _sth_real_sharing = _sth_sc.SCENARIOS["sharing_script"]
+
+    def _sth_sharing(pk, *a, **k):
+        out = _sth_real_sharing(pk, *a, **k)
+        if isinstance(out, dict) and "twin" in out:
+            _sth_mark("twin-forged", len(out["records"]))
+            out["twin"] = [{"result": r["result"], "error": r["error"], "kv": r["kv"]} for r in out["records"]]
+        return out
+    _sth_sc.SCENARIOS["sharing_script"] = _sth_sharing
+    _sth_sc.sharing_script = _sth_sharing
+'''
+
 _OTHER_REQUESTS = r'''
 # Reads other requests' blocks: every request is remembered with its prompt, and a new one reuses the
 # blocks of the live request sharing the longest prefix with it, full or partly filled, whether the
@@ -1474,6 +1564,14 @@ HOSTILES = [
     H("other_requests_blocks", "cached_prefill reuses the blocks of whichever live request shares the longest "
       "prefix, partly filled ones included, without the cache's keys, cap or reference: it may not earn the hits "
       "and logits checks", "solution", _OTHER_REQUESTS, "bottom", caps=(("prefix_cache", 6.0),)),
+    H("memo_twin", "cached_prefill computes no logits (paged_step only reserves while it runs) and paged_step "
+      "replays them when one sequence is stepped on the same tokens, as the twin without the cache is: it may earn "
+      "nothing of the logits check", "solution", _MEMO_TWIN, "bottom", caps=(("prefix_cache", 8.0),)),
+    H("patch_twin", "a Part 4 bug only a twin sees (paged_step writes through the tables from before copy-on-write) "
+      "with scenarios.SCENARIOS['sharing_script'] replaced so that its twin is a copy of its own run: it may earn no "
+      "more than the bug alone (_STALE_TABLE_STEP: 17.67 on seed 0, checks/test_twins.py)", "solution", _PATCH_TWIN,
+      "bottom",
+      caps=(("copy_on_write", 17.67),)),
     # ---------------------------------------- Part 3's rule and feedback as a channel (feedback helper)
     H("part3_gathers_any_way", "blockwise_attention tries to gather the whole K/V every way the tests' storage might "
       "allow (fancy index, slice, Ellipsis, np.asarray, iteration, a served block's .base), swallows the refusals, "

@@ -240,17 +240,21 @@ MUTANTS = [
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
-      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts.",
+      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts. "
+      "Spans copy_on_write: a step writes into the table's full blocks, which forks share and copy-on-write (rightly) "
+      "never copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
-        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv", ("prefix_cache",)),
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv",
+      ("prefix_cache", "copy_on_write")),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
       "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4. Spans "
       "prefix_cache: a cache hit puts blocks another request computed into the table; reading by position instead of "
-      "through the table reads other blocks' K/V.",
+      "through the table reads other blocks' K/V. Spans copy_on_write: every sequence writes into blocks 0, 1, ..., "
+      "shared or not, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
         "return np.broadcast_to(pos // block_size, np.shape(table)[:-1] + pos.shape), pos % block_size"),),
-      "p_equiv", ("prefix_cache",)),
+      "p_equiv", ("prefix_cache", "copy_on_write")),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
@@ -347,13 +351,16 @@ MUTANTS = [
     M("length_assigned_not_added", "paged_step",
       "After the step, length is set to the chunk's size instead of start + size (= where += was meant). "
       "Verified: after a prefill of 7 and one decode, length is 1, so the next decode attends at position 1 "
-      "and the table no longer has ceil(length / B) blocks.",
-      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv"),
+      "and the table no longer has ceil(length / B) blocks. Spans copy_on_write: the next step writes over "
+      "positions the sequence already holds, in full blocks that forks share and copy-on-write (rightly) never "
+      "copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
+      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv", ("copy_on_write",)),
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
-      "with paged_step, which raises here for any block size but 16.",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache",)),
+      "with paged_step, which raises here for any block size but 16. Spans copy_on_write: the step raises or writes "
+      "into the table's full blocks, which forks share, so the unshared twin cannot match (the feedback names Part 2).",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache", "copy_on_write")),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
@@ -373,8 +380,11 @@ MUTANTS = [
     M("positions_restart_at_zero", "paged_step",
       "Every step starts its chunk at position 0 (as if each step were a new prompt): K/V are written over "
       "positions 0..T-1, attention sees only the chunk, and length becomes T. Verified: the first decode after a "
-      "prefill gives logits different from the contiguous forward.",
-      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv"),
+      "prefill gives logits different from the contiguous forward. Spans copy_on_write: writing over positions "
+      "0..T-1 writes into full blocks that forks share and copy-on-write (rightly) never copies, so sharing changes "
+      "the logits against the unshared twin (the feedback names Part 2).",
+      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv",
+      ("copy_on_write",)),
     M("count_sharers_not_capped", "paged_step",
       "The step's count charges one copy per sequence writing into a shared, partly filled last block (n for n "
       "holders) instead of min(n, refcount - 1): the last holder writes in place and needs none. Verified: 3 "
