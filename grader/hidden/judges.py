@@ -167,8 +167,9 @@ def _part2_message(n, of, rec, found, raw, block_size):
 def sharing_judge(case, expected, got, deps):
     """sharing_script cases: Part 4's rules on the submission's own tables and refcounts, then the
     K/V: read back equal to the reference's (scripts whose data the test stored itself), or, for
-    scripts of steps, equal to the same implementation's unshared twin (your own Part 2 on both sides). A failure says what the pool's
-    copy_block does when it is not what the contract says (Part 1), since copy-on-write relies on it."""
+    scripts of steps, equal to the same implementation's unshared twin (its own Part 2 on both sides).
+    A failure says what the pool's copy_block does when it is not what the contract says (Part 1),
+    since copy-on-write relies on it."""
     n = len(expected["records"])
     if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
                                                                              "refcounts", "kv"}):
