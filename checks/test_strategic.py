@@ -83,5 +83,6 @@ def graded(tmp_path_factory):
 def test_a_sacrifice_in_another_part_buys_nothing(graded, name):
     (x_part, _), (s_part, _) = PAIRS[name]
     (x_lost, x), (s_lost, s), (_, both) = (graded[f"{name}: {k}"] for k in ("X", "S", "X + S"))
+    print(f"{name}: X loses {x:.2f}, S {s:.2f}, X + S {both:.2f}")
     assert x_lost[x_part] > 0 and s_lost[s_part] > 0, (x_lost, s_lost)    # each bug costs its own part
     assert both >= x + s - 1e-6, f"{name}: X + S loses {both:.2f}, X alone {x:.2f}, S alone {s:.2f}"
