@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader import rubric
+from grader.selftest import mutants
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "solution" / "paged_kv.py"
@@ -38,10 +39,17 @@ READ_ZEROES = [("        return self.pool.k[layer, b, s], self.pool.v[layer, b, 
                 "        k, v = self.pool.k[layer, b, s].copy(), self.pool.v[layer, b, s].copy()\n"
                 "        k[self.length:], v[self.length:] = 0.0, 0.0\n        return k, v\n")]
 
+# Part 2: a step whose block count ignores the copies (mutants.py); Part 1 sacrifice: copy_block does
+# not count n_copies (a copy_block case failed).
+COUNT_IGNORES_COPIES = list(mutants.BY_NAME["count_ignores_copies"].edits)
+COPY_NOT_COUNTED = list(mutants.BY_NAME["copy_block_no_count"].edits)
+
 PAIRS = {       # name: (bug X in its part, sacrifice S in another part)
     "fork raises + a prefill case failed": (("copy_on_write", FORK_RAISES), ("paged_step", PREFILL_45)),
     "K/V through the stale table + a tables and a prefill case failed":
         (("copy_on_write", STALE_TABLE), ("paged_step", READ_ZEROES + PREFILL_45)),
+    "a count that ignores copies + a copy_block case failed":
+        (("paged_step", COUNT_IGNORES_COPIES), ("allocator", COPY_NOT_COUNTED)),
 }
 
 
@@ -66,23 +74,15 @@ def losses(path, tmp):
     return lost, sum(t["max_score"] - t["score"] for t in tests)
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Every submission the pairs need, graded two at a time: {name: (lost per part, total lost)}."""
-    subs = {}
-    for name, ((_, x), (_, s)) in PAIRS.items():
-        subs[f"{name}: X"], subs[f"{name}: S"], subs[f"{name}: X + S"] = x, s, x + s
-    root = tmp_path_factory.mktemp("strategic")
-    paths = {n: planted(e, root / f"sub{i}") for i, (n, e) in enumerate(subs.items())}
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = {n: pool.submit(losses, p, p.parent) for n, p in paths.items()}
-        return {n: f.result() for n, f in futures.items()}
-
-
 @pytest.mark.parametrize("name", PAIRS)
-def test_a_sacrifice_in_another_part_buys_nothing(graded, name):
-    (x_part, _), (s_part, _) = PAIRS[name]
-    (x_lost, x), (s_lost, s), (_, both) = (graded[f"{name}: {k}"] for k in ("X", "S", "X + S"))
+def test_a_sacrifice_in_another_part_buys_nothing(tmp_path, name):
+    """X, S and X + S graded two at a time; each bug costs its own part, and together they cost no less
+    than apart."""
+    (x_part, x_edits), (s_part, s_edits) = PAIRS[name]
+    subs = {"X": x_edits, "S": s_edits, "X + S": x_edits + s_edits}
+    paths = [planted(edits, tmp_path / f"sub{i}") for i, edits in enumerate(subs.values())]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        (x_lost, x), (s_lost, s), (_, both) = pool.map(lambda p: losses(p, p.parent), paths)
     print(f"{name}: X loses {x:.2f}, S {s:.2f}, X + S {both:.2f}")
     assert x_lost[x_part] > 0 and s_lost[s_part] > 0, (x_lost, s_lost)    # each bug costs its own part
     assert both >= x + s - 1e-6, f"{name}: X + S loses {both:.2f}, X alone {x:.2f}, S alone {s:.2f}"
