@@ -74,7 +74,13 @@ def losses(path, tmp):
     return lost, sum(t["max_score"] - t["score"] for t in tests)
 
 
-@pytest.mark.parametrize("name", PAIRS)
+# Part 4's twin comparisons are still left out while paged_step.tables fails (their own excuse, which
+# goes with the twin run in a worker of its own): until then this pair loses nothing for its bug X.
+TWIN_EXCUSED = pytest.mark.xfail(strict=True, reason="the twins' excuse (deps.ok('paged_step.tables')) is "
+                                 "still there: delete this mark when it is gone")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=TWIN_EXCUSED) if "stale table" in n else n for n in PAIRS])
 def test_a_sacrifice_in_another_part_buys_nothing(tmp_path, name):
     """X, S and X + S graded two at a time; each bug costs its own part, and together they cost no less
     than apart."""
