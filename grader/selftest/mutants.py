@@ -236,9 +236,12 @@ MUTANTS = [
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
-      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts.",
+      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts. "
+      "Spans copy_on_write's drivers, which advance their sequences with paged_step: it raises (IndexError) in every "
+      "driver case, and the feedback says the check needs a paged_step that runs (fix Part 2 first).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
-        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv", ("prefix_cache",)),
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv",
+      ("prefix_cache", "copy_on_write")),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
       "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4. Spans "
