@@ -246,6 +246,7 @@ def _kv_against(expected_records, records, what, twin=False):
 def _steps_ok(got):
     return (isinstance(got, dict) and isinstance(got.get("steps"), list) and type(got.get("in_use_after")) is int
             and all(isinstance(s, dict) and type(s.get("in_use")) is int and isinstance(s.get("tables"), list)
+                    and isinstance(s.get("lengths"), list) and len(s["lengths"]) == len(s["tables"])
                     and all(isinstance(t, list) and all(type(b) is int for b in t) for t in s["tables"])
                     for s in got["steps"]))
 
@@ -266,6 +267,14 @@ def _savings_off(expected, got):
 NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
 
 
+def _same_lengths(expected, got):
+    """Whether every step left the sequences the reference's lengths. The blocks a step takes follow
+    from the lengths, which are Part 2's (paged_step sets them, reserve counts from them): with other
+    lengths the peak and the savings cannot be the reference's, so only the rules on the pool's own
+    tables and refcounts (sharing, copies, leaks) judge the case, not a difference Part 2 made."""
+    return [s.get("lengths") for s in got["steps"]] == [s["lengths"] for s in expected["steps"]]
+
+
 def _driver_failed(got):
     """The driver raised: always a failure of this case (a driver that did not run was not judged, so
     it is no pass), said as Part 2's when paged_step raised, since the driver cannot run without it."""
@@ -278,9 +287,9 @@ def _driver_failed(got):
 
 def sampling_judge(case, expected, got, deps=None):
     """parallel_sample with the tokens chosen by the test (scenarios._chosen), so nothing here depends
-    on Part 2's logits: the pool after every step (sharing, copies, leaks), the peak blocks in use and
-    the savings against the reference's on the same choices. The samples are not compared (the test
-    chose them; the logits are Part 2's)."""
+    on Part 2's logits: the pool after every step (sharing, copies, leaks), and, when the lengths are
+    the reference's (_same_lengths), the peak blocks in use and the savings against the reference's on
+    the same choices. The samples are not compared (the test chose them; the logits are Part 2's)."""
     if not _steps_ok(got):
         return _wrong_form()
     failed = _driver_failed(got)
@@ -293,6 +302,8 @@ def sampling_judge(case, expected, got, deps=None):
               or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
     if broken:
         return f"  {broken}\n  ({_savings_line(expected, got)})"
+    if not _same_lengths(expected, got):
+        return None
     peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
     if peak_e != peak_g:
         return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
@@ -303,8 +314,9 @@ def sampling_judge(case, expected, got, deps=None):
 def beam_judge(case, expected, got, deps=None):
     """beam_search with every beam's log-probabilities chosen by the test (scenarios._chosen), so which
     beams survive, fork and die is the same for every implementation: no leak, sharing never costs
-    blocks, and the savings against the reference's. The beams' tokens and scores are not compared
-    (the test chose them; the logits are Part 2's)."""
+    blocks, and, when the lengths are the reference's (_same_lengths), the savings against the
+    reference's. The beams' tokens and scores are not compared (the test chose them; the logits are
+    Part 2's)."""
     if not _steps_ok(got):
         return _wrong_form()
     failed = _driver_failed(got)
@@ -320,6 +332,8 @@ def beam_judge(case, expected, got, deps=None):
         if s["in_use"] > alone:
             return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
                     f"{their(alone, 'count')} the beams would hold alone")
+    if not _same_lengths(expected, got):
+        return None
     return _savings_off(expected, got)
 
 
