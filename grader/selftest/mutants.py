@@ -351,8 +351,11 @@ MUTANTS = [
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
-      "with paged_step, which raises here for any block size but 16.",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache",)),
+      "with paged_step, which raises here for any block size but 16. Spans copy_on_write's drivers, which advance "
+      "their sequences with paged_step: it raises (IndexError) in every driver case whose block size is not 16, and "
+      "the feedback says the check needs a paged_step that runs (fix Part 2 first).",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv",
+      ("prefix_cache", "copy_on_write")),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
