@@ -267,6 +267,18 @@ def _savings_off(expected, got):
 NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
 
 
+def _uneven_lengths(steps):
+    """The drivers advance every live sequence together from one prompt, so after each step all have one
+    length; forks that differ break Part 4's fork (same length as the parent), whatever Part 2's
+    lengths are. A sentence, or None."""
+    for t, s in enumerate(steps):
+        if len(set(map(repr, s["lengths"]))) > 1:
+            return (f"  after step {their(t, 'count')}, the live sequences have lengths "
+                    f"{their_list(s['lengths'], 'length')}: they all advance together from one prompt, so a fork "
+                    "must give its child its parent's length")
+    return None
+
+
 def _same_lengths(expected, got):
     """Whether every step left the sequences the reference's lengths. The blocks a step takes follow
     from the lengths, which are Part 2's (paged_step sets them, reserve counts from them): with other
@@ -302,8 +314,9 @@ def sampling_judge(case, expected, got, deps=None):
               or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
     if broken:
         return f"  {broken}\n  ({_savings_line(expected, got)})"
-    if not _same_lengths(expected, got):
-        return None
+    uneven = _uneven_lengths(got["steps"])
+    if uneven or not _same_lengths(expected, got):
+        return uneven
     peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
     if peak_e != peak_g:
         return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
@@ -332,8 +345,9 @@ def beam_judge(case, expected, got, deps=None):
         if s["in_use"] > alone:
             return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
                     f"{their(alone, 'count')} the beams would hold alone")
-    if not _same_lengths(expected, got):
-        return None
+    uneven = _uneven_lengths(got["steps"])
+    if uneven or not _same_lengths(expected, got):
+        return uneven
     return _savings_off(expected, got)
 
 
