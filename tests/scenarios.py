@@ -359,6 +359,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     fork would), ["fit", idx, chunks] /
     ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
     more, counted by the contract's rule on the state observed now, then runs the step).
+    A script that shares blocks also returns "copy_probe" (copy_runs).
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
@@ -430,7 +431,19 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if record_kv:
             rec["kv"] = [gathered_kv(s) for s in seqs]
         records.append(rec)
-    return {"order": order, "records": records}
+    out = {"order": order, "records": records}
+    if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
+        out["copy_probe"] = copy_runs(pk, cfg)
+    return out
+
+
+def copy_runs(pk, cfg=None):
+    """copy_probe with a stub's NotImplementedError as data: a Part 2 step that copies a shared block
+    needs pool.copy_block (Part 1) to run, and a check that fails because it does not says so."""
+    try:
+        return copy_probe(pk, cfg)
+    except NotImplementedError:
+        return {"error": "NotImplementedError"}
 
 
 def step_need(pool, seqs, sizes):
@@ -660,26 +673,61 @@ def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
 
 
 # ---------------------------------------------------------------------------- Part 4: the drivers
-def _drive(pk, fn, pool, **kw):
+class _StepWatch:
+    """paged_kv as the lab's drivers import it: the implementation's PagedSequence, and its paged_step
+    noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so."""
+
+    def __init__(self, pk):
+        self.PagedSequence, self._step, self.raised = pk.PagedSequence, pk.paged_step, False
+
+    def paged_step(self, params, cfg, seqs, chunks):
+        try:
+            out = self._step(params, cfg, seqs, chunks)
+            if len(out) != len(seqs) or any(np.shape(o)[-1:] != (cfg.vocab,) for o in out):
+                raise ValueError("paged_step returned no logits array [len(chunk), vocab] per sequence")
+            return out
+        except BaseException:
+            self.raised = True
+            raise
+
+
+def _chosen(vocab, seed):
+    """What the test hands the drivers instead of what the logits say: with a seed, each sampled token
+    (parallel_sample) and each beam's log-probabilities (beam_search) are the test's own draws, so which
+    sequences fork, copy and die depends on the pool alone, never on Part 2's logits; None keeps the
+    lab's sampling from the logits."""
+    if seed is None:
+        return {}
+    rng = np.random.default_rng(seed)
+    return {"_sample": lambda logits, temperature, _rng: int(rng.integers(vocab)),
+            "_log_softmax": lambda logits: rng.standard_normal(vocab)}
+
+
+def _drive(pk, fn, pool, choices=None, **kw):
     """Run a lab driver on this implementation, watching the pool after every step: each live
-    sequence's table and length, and how many blocks are in use by their refcounts."""
+    sequence's table and length, and how many blocks are in use by their refcounts. `choices`
+    replaces the driver's sampling functions (_chosen)."""
     import decoding  # the lab's drivers use `paged_kv` from sys.modules: make it this implementation
-    saved, record = sys.modules.get("paged_kv"), decoding._record
-    steps = []
+    saved = sys.modules.get("paged_kv")
+    kept = {name: getattr(decoding, name) for name in ("_record", *(choices or {}))}
+    steps, watched_pk = [], _StepWatch(pk)
 
     def watch(stats, pool_, seqs):
-        record(stats, pool_, seqs)
+        kept["_record"](stats, pool_, seqs)
         steps.append({"tables": [[as_int(b) for b in s.blocks] for s in seqs],
                       "lengths": [as_int(s.length) for s in seqs], "in_use": in_use(pool_)})
-    sys.modules["paged_kv"], decoding._record = pk, watch
+    sys.modules["paged_kv"] = watched_pk
+    for name, f in {**(choices or {}), "_record": watch}.items():
+        setattr(decoding, name, f)
     try:
         result, error = attempt(getattr(decoding, fn), pool=pool, **kw)
     finally:
-        decoding._record = record
-        if saved is not None:
-            sys.modules["paged_kv"] = saved
+        for name, f in kept.items():
+            setattr(decoding, name, f)
+        sys.modules["paged_kv"] = saved if saved is not None else pk
     out, stats = result if error is None else ([], {"blocks_used": []})
-    return out, stats, {"steps": steps, "in_use_after": in_use(pool), "error": error}
+    return out, stats, {"steps": steps, "in_use_after": in_use(pool), "error": error,
+                        "raised_in": None if error is None else "paged_step" if watched_pk.raised else "driver"}
 
 
 def in_use(pool):
@@ -689,21 +737,26 @@ def in_use(pool):
 
 
 def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=1.0, seed=0,
-             n_blocks=64, block_size=16):
-    """parallel_sample on a fresh pool: the samples and the pool watched after every step."""
+             n_blocks=64, block_size=16, choose_seed=None):
+    """parallel_sample on a fresh pool: the samples and the pool watched after every step. With
+    choose_seed, the test picks the tokens (_chosen): the samples then say nothing of the logits."""
     cfg = config(cfg)
     pool = new_pool(pk, cfg, n_blocks, block_size)
-    samples, stats, watched = _drive(pk, "parallel_sample", pool, params=params(cfg, param_seed), cfg=cfg,
+    samples, stats, watched = _drive(pk, "parallel_sample", pool, _chosen(cfg.vocab, choose_seed),
+                                     params=params(cfg, param_seed), cfg=cfg,
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
                                      temperature=temperature, seed=seed)
     return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
 
 
-def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16):
-    """beam_search on a fresh pool: the beams (score, tokens) and the pool watched after every step."""
+def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None):
+    """beam_search on a fresh pool: the beams (score, tokens) and the pool watched after every step. With
+    choose_seed, the test picks every beam's log-probabilities (_chosen), so which beams survive, fork
+    and die does not depend on the logits."""
     cfg = config(cfg)
     pool = new_pool(pk, cfg, n_blocks, block_size)
-    out, stats, watched = _drive(pk, "beam_search", pool, params=params(cfg, param_seed), cfg=cfg,
+    out, stats, watched = _drive(pk, "beam_search", pool, _chosen(cfg.vocab, choose_seed),
+                                 params=params(cfg, param_seed), cfg=cfg,
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
     return {"scores": [float(s) for s, _ in out], "tokens": [list(t) for _, t in out],
             "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}

@@ -20,8 +20,8 @@ makes (a step_script), in a fresh worker that cannot see the first, so nothing t
 computes in one run is what the other is compared with. A missing second answer fails the case,
 saying why; a grader error there is a grader error. The judge reads it as `ctx.second`.
 
-`ctx.ok(check_id)` tells a judge whether the submission passes another part's check (only the
-judges of Parts 1-2 and the drivers still ask).
+No judge asks how another check fares: a case is passed or failed on its own answers, so failing a
+check on purpose cannot excuse another.
 """
 import hashlib
 import queue
@@ -102,7 +102,6 @@ class Grading:
         import paged_kv as reference          # grader.grade put the reference on sys.path
         self.reference = reference
         self.plans, self.judges = _all_plans(config), _all_judges(config)
-        self.verdicts, self.judging = {}, set()
         self.todo_parts = {}     # check id -> N, when its reply was a stub's NotImplementedError("TODO Part N")
         self.staff, self.grader_errors = [], []     # staff only: (label, line); (check id, why)
         self.expected, self.ref_seconds, self.futures = {}, {}, {}
@@ -279,30 +278,10 @@ class Grading:
         with hidden_feedback(ranges_for(case)):
             try:
                 return self.judges[check_id](case, expected, got, Context(self, check_id, second))
-            except AssertionError:      # the grader's own invariants (Context): its bug, said as such
+            except AssertionError:      # the grader's own invariants: its bug, said as such
                 raise
             except Exception:           # noqa: BLE001  (an answer of a form no judge foresaw; never its text)
                 return "  the answer has a form this check cannot judge (was the scenario code tampered with?)"
-
-    def passed(self, check_id):
-        """Whether every case of a check passes (judged once, cached). A check that is being judged
-        cannot depend on itself, directly or around a loop: that is a grader bug."""
-        if check_id not in self.verdicts:
-            assert check_id not in self.judging, f"the judges of {check_id} depend on themselves"
-            self.judging.add(check_id)
-            try:
-                ok = True
-                for i in range(len(self.plans[check_id])):
-                    try:
-                        ok = self.message(check_id, i) is None
-                    except BaseException:       # noqa: BLE001  (pytest.fail for a missing answer, too)
-                        ok = False
-                    if not ok:
-                        break
-                self.verdicts[check_id] = ok
-            finally:
-                self.judging.discard(check_id)
-        return self.verdicts[check_id]
 
     def staff_lines(self):
         """What the sandbox said for staff, one line per failed attempt, in rubric order (parts' calls first)."""
@@ -366,16 +345,11 @@ def _wrong_form(what):
 
 class Context:
     """What one case's judge gets besides the case and the two answers: `second`, the answers of the
-    case's second run (Case.second), from a worker of its own; `ok`, whether another part's check
-    passes (only the judges of Parts 1-2 and the drivers still ask)."""
+    case's second run (Case.second), from a worker of its own. Nothing about how other checks fare:
+    no judge may decide a case by another part's verdict."""
 
     def __init__(self, grading, asking, second=None):
         self.grading, self.asking, self.second = grading, asking, second
-
-    def ok(self, check_id):
-        assert rubric.CHECKS[check_id].part != rubric.CHECKS[self.asking].part, \
-            f"{self.asking} may depend only on other parts' checks, not on {check_id}"
-        return self.grading.passed(check_id)
 
 
 @pytest.fixture
@@ -394,6 +368,6 @@ def judge(request):
     return run
 
 
-def generic_judge(case, expected, got, deps=None):
+def generic_judge(case, expected, got, ctx=None):
     found = first_mismatch(expected, got)
     return f"  {found[0]}: {found[1]}" if found else None

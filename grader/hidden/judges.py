@@ -4,10 +4,13 @@ chunk sizes, block ids) but never the hidden token ids, prompts or seeds.
 
 Each judge compares only what its part owns (tests/rules.py says what that is): Part 1 the pool's
 ids, refcounts and counters; Part 2 logits, lengths, errors, all-or-nothing and the tables up to
-renaming; Part 4 sharing, judged on the tables and refcounts the submission's own pool shows and on
-K/V the test put in storage itself. A comparison that another part owns is left out only while that
-part fails its own check (`deps.ok`), so a bug is charged once. A twin (the same implementation
-without sharing, without the cache) is the case's second run, from a worker of its own (`ctx.second`).
+renaming; Part 4 sharing, judged on the tables and refcounts the submission's own pool shows, on
+K/V the test put in storage itself, and on drivers whose tokens the test chooses. So a bug is
+charged once without asking how other parts fare: no judge of Parts 1-4 leaves a comparison out
+because another part fails. Where a case truly cannot be observed without another part (a
+copy_block or paged_step that raises), it fails, and its message names the part to fix first. A
+twin (the same implementation without sharing, without the cache) is the case's second run, from a
+worker of its own (`ctx.second`).
 """
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
 from rules import (append_violation, copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
@@ -25,7 +28,7 @@ def _wrong_form(what="answer"):
 
 
 # ------------------------------------------------------------------------------------------ Part 1
-def pool_judge(case, expected, got, deps=None):
+def pool_judge(case, expected, got, ctx=None):
     """Part 1's checks but lowest_free_first: the first call after which the submission's pool differs
     from the reference's, with every block named by its handle (rules.pool_view), so which free block
     the allocator picks costs nothing here."""
@@ -40,7 +43,7 @@ def pool_judge(case, expected, got, deps=None):
     return None
 
 
-def lowest_free_judge(case, expected, got, deps=None):
+def lowest_free_judge(case, expected, got, ctx=None):
     """allocator.lowest_free_first: the ids alloc and copy_block return, exactly the reference's."""
     n = case.inputs["n_blocks"]
     if _pool_views(expected, got, n) is None:
@@ -103,42 +106,63 @@ PART2_FIELDS = {            # what each Part 2 check compares, besides errors an
 }
 
 
+NEEDS_COPY = "it needs a pool.copy_block (Part 1) that runs: fix Part 1 first"
+
+
 def part2_judge(fields):
-    """A judge for step_script cases comparing `fields` of rules.part2_view. Block ids are named by
-    allocation order: the contract's order while the submission passes Part 1's lowest-free-first
-    check, else its own allocator's. From a "share" on, only errors and all-or-nothing count (the
-    copy decides the rest), and a step whose copy fails is not charged here while copy_block
-    (Part 1) or copy-on-write (Part 4) fails its own check."""
-    def judge(case, expected, got, deps):
+    """A judge for step_script cases comparing `fields` of rules.part2_view. Block ids are named by the
+    submission's own allocation order (tables up to renaming), so which id the allocator picks, Part
+    1's business, never matters here. From a "share" on, only errors and all-or-nothing count: Part 2
+    owns the step's block count (new blocks plus min(w, r - 1) copies), which decides MemoryError on an
+    exact fit or one block short before anything changes; the copy itself is Parts 1 and 4's. Nothing
+    is left out: a step that raised because pool.copy_block raised (the observation is impossible) is
+    failed with Part 1 named, never passed."""
+    def judge(case, expected, got, ctx=None):
         if not isinstance(got, dict) or not isinstance(got.get("order"), list) \
                 or not all(type(b) is int for b in got["order"]) \
                 or not _records_ok(got.get("records"), len(expected["records"]), {"op", "error", "lengths", "tables"}):
             return _wrong_form()
-        contract = deps.ok("allocator.lowest_free_first")
         try:
-            e_view = part2_view(expected)
-            g_view = part2_view(got, expected["order"] if contract else got["order"])
+            e_view, g_view = part2_view(expected), part2_view(got)
         except (KeyError, TypeError, ValueError, AttributeError):
             return _wrong_form()
         block_size = case.inputs["block_size"]
         for n, (e, g, rec) in enumerate(zip(e_view, g_view, expected["records"]), 1):
             keep = [f for f in fields if f in e]
             found = first_mismatch({f: e[f] for f in keep}, {f: g.get(f) for f in keep}, path="")
-            if not found:
+            if found and _ran_out_copying(rec, e, g):
                 continue
-            if rec["op"][0] in ("fit", "miss") and "tables" not in e and not (
-                    deps.ok("allocator.copy_block") and deps.ok("copy_on_write.copy_when_needed")):
-                continue            # the step's copy is made by Parts 1 and 4, which are charged for it
-            return _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size, contract)
+            if found:
+                message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
+                raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
+                needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
+                return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
 
 
-def _part2_message(n, of, rec, found, raw, block_size, contract):
+def _ran_out_copying(rec, e, g):
+    """An exact fit on shared blocks that Part 2's count admitted (the step started: the state changed)
+    and that then ran out of blocks: more copies were made than the contract's min(w, r - 1), which the
+    copy (Parts 1 and 4) decides, not Part 2's count. Part 2 owns only that the count does not refuse
+    the step up front (a MemoryError with nothing changed), and that is what was observed."""
+    return (rec["op"][0] == "fit" and "tables" not in e and e["error"] is None and g["error"] == "MemoryError"
+            and g.get("unchanged") is False)
+
+
+def _copy_needed(probe):
+    """What to add when a step that copies a shared block raised while pool.copy_block does not run on a
+    pool of its own (scenarios.copy_runs); "" when it runs."""
+    if isinstance(probe, dict) and set(probe) == {"error"}:
+        return f"this step copies a shared block, and your pool.copy_block raised on a pool of its own: {NEEDS_COPY}"
+    return ""
+
+
+def _part2_message(n, of, rec, found, raw, block_size):
     field = found[0].lstrip(".") or "the record"
     what = {"unchanged": "a call that raised must change nothing (tables, lengths, refcounts, counters)",
             "tables": "block tables, each block named by its place in the allocation order (#0 = the first block "
-                      + ("a fresh pool hands out" if contract else "your pool hands out") + ")"}
+                      "your pool hands out)"}
     lines = [f"  after action {n} of {of}, {describe_action(rec['op'])}:",
              f"    {field}: {found[1]}"]
     if field.split("[")[0] in what:
@@ -159,8 +183,9 @@ def sharing_judge(case, expected, got, ctx):
     scripts of steps, the logits and K/V equal to the same implementation's unshared twin (ctx.second:
     a step_script of scenarios.unshared_script in a worker of its own, so your own Part 2 is on both
     sides and nothing is excused; a step that writes outside its positions breaks sharing, and the
-    failure then names Part 2 when Part 2's tables check fails too). A failure says what the pool's
-    copy_block does when it is not what the contract says (Part 1), since copy-on-write relies on it."""
+    failure then names Part 2, from the twin's own evidence: rules.append_violation). A failure says
+    what the pool's copy_block does when it is not what the contract says (Part 1), since
+    copy-on-write relies on it."""
     n = len(expected["records"])
     if not isinstance(got, dict) or not _records_ok(got.get("records"), n, {"op", "error", "lengths", "tables",
                                                                              "refcounts", "kv"}):
@@ -236,6 +261,7 @@ def _kv_against(expected_records, records, what, twin=False):
 def _steps_ok(got):
     return (isinstance(got, dict) and isinstance(got.get("steps"), list) and type(got.get("in_use_after")) is int
             and all(isinstance(s, dict) and type(s.get("in_use")) is int and isinstance(s.get("tables"), list)
+                    and isinstance(s.get("lengths"), list) and len(s["lengths"]) == len(s["tables"])
                     and all(isinstance(t, list) and all(type(b) is int for b in t) for t in s["tables"])
                     for s in got["steps"]))
 
@@ -253,25 +279,49 @@ def _savings_off(expected, got):
     return None
 
 
-def _logits_ok(deps):
-    return deps.ok("paged_step.prefill") and deps.ok("paged_step.decode_batches")
+NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
 
 
-def _driver_failed(got, deps):
-    """The driver raised: charged here unless paged_step (Part 2) fails its own logits checks."""
+def _uneven_lengths(steps):
+    """The drivers advance every live sequence together from one prompt, so after each step all have one
+    length; forks that differ break Part 4's fork (same length as the parent), whatever Part 2's
+    lengths are. A sentence, or None."""
+    for t, s in enumerate(steps):
+        if len(set(map(repr, s["lengths"]))) > 1:
+            return (f"  after step {their(t, 'count')}, the live sequences have lengths "
+                    f"{their_list(s['lengths'], 'length')}: they all advance together from one prompt, so a fork "
+                    "must give its child its parent's length")
+    return None
+
+
+def _same_lengths(expected, got):
+    """Whether every step left the sequences the reference's lengths. The blocks a step takes follow
+    from the lengths, which are Part 2's (paged_step sets them, reserve counts from them): with other
+    lengths the peak and the savings cannot be the reference's, so only the rules on the pool's own
+    tables and refcounts (sharing, copies, leaks) judge the case, not a difference Part 2 made."""
+    return [s.get("lengths") for s in got["steps"]] == [s["lengths"] for s in expected["steps"]]
+
+
+def _driver_failed(got):
+    """The driver raised: always a failure of this case (a driver that did not run was not judged, so
+    it is no pass), said as Part 2's when paged_step raised, since the driver cannot run without it."""
     if got.get("error") is None:
         return None
-    return "" if not _logits_ok(deps) else f"  the driver raised {_kind(got['error'])} (a step, fork or free failed)"
+    if got.get("raised_in") == "paged_step":
+        return f"  the driver stopped: paged_step raised {_kind(got['error'])}: this check {NEEDS_PART2}"
+    return f"  the driver raised {_kind(got['error'])} (a fork or free failed)"
 
 
-def sampling_judge(case, expected, got, deps):
-    """parallel_sample: the pool after every step (sharing, copies, leaks) always; the samples, the
-    savings and the peak against the reference only while Part 2's logits and tables checks pass."""
+def sampling_judge(case, expected, got, ctx=None):
+    """parallel_sample with the tokens chosen by the test (scenarios._chosen), so nothing here depends
+    on Part 2's logits: the pool after every step (sharing, copies, leaks), and, when the lengths are
+    the reference's (_same_lengths), the peak blocks in use and the savings against the reference's on
+    the same choices. The samples are not compared (the test chose them; the logits are Part 2's)."""
     if not _steps_ok(got):
         return _wrong_form()
-    failed = _driver_failed(got, deps)
-    if failed is not None:
-        return failed or None
+    failed = _driver_failed(got)
+    if failed:
+        return failed
     if len(got["steps"]) != len(expected["steps"]):
         return _wrong_form()
     inputs = case.inputs
@@ -279,27 +329,29 @@ def sampling_judge(case, expected, got, deps):
               or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
     if broken:
         return f"  {broken}\n  ({_savings_line(expected, got)})"
-    if _logits_ok(deps):
-        if got.get("samples") != expected["samples"]:
-            return f"  the samples differ from the reference's (same logits, same random draws)\n  ({_savings_line(expected, got)})"
-    if deps.ok("paged_step.tables"):
-        peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
-        if peak_e != peak_g:
-            return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
-                    f"  ({_savings_line(expected, got)})")
-        return _savings_off(expected, got)
-    return None
+    uneven = _uneven_lengths(got["steps"])
+    if uneven or not _same_lengths(expected, got):
+        return uneven
+    peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
+    if peak_e != peak_g:
+        return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
+                f"  ({_savings_line(expected, got)})")
+    return _savings_off(expected, got)
 
 
-def beam_judge(case, expected, got, deps):
-    """beam_search: no leak and sharing never costs blocks, always; the beams and the savings against
-    the reference only while Part 2's logits and tables checks pass (which beams survive depends on
-    the logits)."""
+def beam_judge(case, expected, got, ctx=None):
+    """beam_search with every beam's log-probabilities chosen by the test (scenarios._chosen), so which
+    beams survive, fork and die is the same for every implementation: no leak, sharing never costs
+    blocks, and, when the lengths are the reference's (_same_lengths), the savings against the
+    reference's. The beams' tokens and scores are not compared (the test chose them; the logits are
+    Part 2's)."""
     if not _steps_ok(got):
         return _wrong_form()
-    failed = _driver_failed(got, deps)
-    if failed is not None:
-        return failed or None
+    failed = _driver_failed(got)
+    if failed:
+        return failed
+    if len(got["steps"]) != len(expected["steps"]):
+        return _wrong_form()
     broken = pool_view_violation(got["steps"], got["in_use_after"])
     if broken:
         return f"  {broken}"
@@ -308,18 +360,14 @@ def beam_judge(case, expected, got, deps):
         if s["in_use"] > alone:
             return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
                     f"{their(alone, 'count')} the beams would hold alone")
-    if not (_logits_ok(deps) and deps.ok("paged_step.tables")):
-        return None
-    if got.get("tokens") != expected["tokens"]:
-        return f"  the beams' tokens differ from the reference's\n  ({_savings_line(expected, got)})"
-    found = first_mismatch(expected["scores"], got.get("scores"), path="scores")
-    if found:
-        return f"  beam {found[0]}: {found[1]}"
+    uneven = _uneven_lengths(got["steps"])
+    if uneven or not _same_lengths(expected, got):
+        return uneven
     return _savings_off(expected, got)
 
 
 # ------------------------------------------------------------------------------------------ Part 3
-def attention_judge(case, expected, got, deps=None):
+def attention_judge(case, expected, got, ctx=None):
     """blockwise cases: the storage refused no access (Part 3's rule: one block per index), and each
     query's output to 1e-12. A refusal is said in the trusted side's words, chosen by its code."""
     if not isinstance(got, list) or len(got) != len(expected):

@@ -5,8 +5,9 @@ contract's rules on the submission's own tables and refcounts (rules.sharing_vio
 - "step" scripts use paged_step, and must give the same logits and K/V as the same implementation
   without sharing (each fork a new sequence that prefills its parent's tokens in its parent's chunks):
   a second run, a step_script in a worker of its own (inputs.sharing_case, scenarios.unshared_script).
-The drivers are judged on the pool they leave after every step. Everything runs on TINY with an
-ample pool: which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
+The drivers run with the tokens (and beam scores) chosen by the test, not drawn from the logits, and
+are judged on the pool they leave after every step. Everything runs on TINY with an ample pool:
+which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
 from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, sharing_case, tokens
 from grader.hidden.judges import beam_judge, sampling_judge, sharing_judge
 
@@ -110,7 +111,7 @@ def plan_parallel_sampling(rng):
         cases.append(Case(f"{n} samples, block size {B}", "sampling", {
             "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 60))),
             "n": n, "max_new": int(rng.integers(4, 16)), "temperature": float(rng.uniform(0.6, 1.5)),
-            "seed": seed(rng), "n_blocks": 200, "block_size": B}))
+            "seed": seed(rng), "n_blocks": 200, "block_size": B, "choose_seed": seed(rng)}))
     return cases
 
 
@@ -120,7 +121,7 @@ def plan_beam_search(rng):
         B = pick(rng, ODD_BLOCK_SIZES[1:12])
         cases.append(Case(f"beam width {k}, block size {B}", "beams", {
             "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 40))),
-            "k": k, "steps": int(rng.integers(4, 12)), "n_blocks": 300, "block_size": B}))
+            "k": k, "steps": int(rng.integers(4, 12)), "n_blocks": 300, "block_size": B, "choose_seed": seed(rng)}))
     return cases
 
 

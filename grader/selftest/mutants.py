@@ -242,7 +242,8 @@ MUTANTS = [
       "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
       "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts. "
       "Spans copy_on_write: a step writes into the table's full blocks, which forks share and copy-on-write (rightly) "
-      "never copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
+      "never copies, so sharing changes the logits against the unshared twin; and its drivers, which advance their "
+      "sequences with paged_step: it raises (IndexError) in every driver case (the feedback names Part 2).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
         "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv",
       ("prefix_cache", "copy_on_write")),
@@ -359,8 +360,10 @@ MUTANTS = [
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
       "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
       "with paged_step, which raises here for any block size but 16. Spans copy_on_write: the step raises or writes "
-      "into the table's full blocks, which forks share, so the unshared twin cannot match (the feedback names Part 2).",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv", ("prefix_cache", "copy_on_write")),
+      "into the table's full blocks, which forks share, so the unshared twin cannot match, and the drivers, which "
+      "advance their sequences with paged_step, fail where it raises (the feedback names Part 2).",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv",
+      ("prefix_cache", "copy_on_write")),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",

@@ -1,0 +1,192 @@
+"""No excuse is a pass (issue 14): the judges of Parts 1-4 never ask how another part fares, the
+drivers are judged on the pool whatever Part 2's logits, and a case another part makes impossible to
+observe fails with that part named. In-process, on the reference and small planted bugs; the graded
+pairs (bug + sacrifice) are in test_strategic.py."""
+import copy
+import types
+
+import numpy as np
+import pytest
+
+from grader import paths
+
+paths.trusted_imports()
+
+import paged_kv as reference  # noqa: E402
+import scenarios  # noqa: E402
+
+from grader.hidden import test_allocator, test_blockwise_attention, test_copy_on_write, test_paged_step  # noqa: E402
+from grader.hidden.conftest import generic_judge, rng_for  # noqa: E402
+
+MODULES = (test_allocator, test_paged_step, test_blockwise_attention, test_copy_on_write)
+
+
+class Context:
+    """What the grader gives a judge: the case's second run (its twin), here computed on the
+    reference, and nothing about how other checks fare (a judge that asked would raise here)."""
+
+    def __init__(self, case=None, expected=None):
+        self.second = None if case is None or case.second is None else \
+            [scenarios.SCENARIOS[name](reference, **inputs) for name, inputs in case.second(expected, expected)]
+
+
+def _case(module, check, seed=0, i=0):
+    return module.PLANS[check](rng_for(seed, check))[i]
+
+
+def _fake(**overrides):
+    """The reference with some of its names replaced, as the scenarios see an implementation."""
+    names = ("BlockPool", "PagedSequence", "paged_step", "blockwise_attention", "parallel_sample", "beam_search")
+    return types.SimpleNamespace(**{**{n: getattr(reference, n) for n in names}, **overrides})
+
+
+def _checks():
+    for m in MODULES:
+        yield from m.PLANS
+
+
+@pytest.mark.parametrize("check", list(_checks()))
+def test_no_judge_of_parts_1_to_4_asks_how_another_part_fares(check):
+    """Every check of Parts 1-4 judges the reference's answer against itself from its own answers only:
+    a verdict that cannot be bought by failing another check."""
+    module = next(m for m in MODULES if check in m.PLANS)
+    judge = getattr(module, "JUDGES", {}).get(check, generic_judge)
+    case = _case(module, check)
+    expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
+    assert judge(case, expected, copy.deepcopy(expected), Context(case, expected)) is None
+
+
+def _logits_off(params, cfg, seqs, chunks):
+    return [o + 1e-3 for o in reference.paged_step(params, cfg, seqs, chunks)]
+
+
+@pytest.mark.parametrize("check", ["copy_on_write.parallel_sampling", "copy_on_write.beam_search"])
+def test_the_drivers_judge_the_pool_whatever_the_logits(check):
+    """A paged_step whose logits are off (Part 2's) changes nothing the drivers judge: the test chooses
+    the tokens and scores, so the same forks, copies and frees happen, and the case passes on its pool."""
+    judge = test_copy_on_write.JUDGES[check]
+    for i in range(3):
+        case = _case(test_copy_on_write, check, i=i)
+        expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
+        got = scenarios.SCENARIOS[case.scenario](_fake(paged_step=_logits_off), **case.inputs)
+        assert judge(case, expected, got, Context()) is None
+
+
+@pytest.mark.parametrize("check", ["copy_on_write.parallel_sampling", "copy_on_write.beam_search"])
+def test_a_driver_whose_paged_step_raises_fails_and_names_part_2(check):
+    calls = []
+
+    def second_raises(params, cfg, seqs, chunks):
+        calls.append(1)
+        if len(calls) > 1:
+            raise IndexError("a decode step of a broken paged_step")
+        return reference.paged_step(params, cfg, seqs, chunks)
+    case = _case(test_copy_on_write, check)
+    expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
+    got = scenarios.SCENARIOS[case.scenario](_fake(paged_step=second_raises), **case.inputs)
+    message = test_copy_on_write.JUDGES[check](case, expected, got, Context())
+    assert message and "paged_step raised" in message and "fix Part 2 first" in message, message
+
+
+def test_a_driver_whose_fork_raises_fails_as_its_own():
+    class NoFork(reference.PagedSequence):
+        def fork(self):
+            raise AttributeError("fork")
+    case = _case(test_copy_on_write, "copy_on_write.parallel_sampling")
+    expected = scenarios.sampling(reference, **case.inputs)
+    got = scenarios.sampling(_fake(PagedSequence=NoFork), **case.inputs)
+    message = test_copy_on_write.JUDGES["copy_on_write.parallel_sampling"](case, expected, got, Context())
+    assert message and "the driver raised" in message and "Part 2" not in message, message
+
+
+def _copy_case():
+    """An exact_count case where a step must copy a shared block to fit exactly."""
+    cases = test_paged_step.PLANS["paged_step.exact_count"](rng_for(0, "paged_step.exact_count"))
+    return next(c for c in cases if any(a[0] == "share" for a in c.inputs["actions"]))
+
+
+def test_a_step_that_cannot_copy_because_copy_block_raises_fails_and_names_part_1():
+    """A fit step that must copy while copy_block raises cannot be observed: failed, never passed,
+    with Part 1 named (before, it was left out while copy_block failed its own check)."""
+    class NoCopy(reference.BlockPool):
+        def copy_block(self, b):
+            raise ValueError("copy_block is broken")
+    case = _copy_case()
+    expected = scenarios.step_script(reference, **case.inputs)
+    got = scenarios.step_script(_fake(BlockPool=NoCopy), **case.inputs)
+    message = test_paged_step.JUDGES["paged_step.exact_count"](case, expected, got, Context())
+    assert message and "pool.copy_block (Part 1) that runs: fix Part 1 first" in message, message
+
+
+def test_a_step_whose_count_ignores_copies_fails_whatever_copy_block_does():
+    """The issue's third case: a step whose block count ignores copies, plus copy_block failing its own
+    check, got Part 2's copy-count points back. Part 2's count decides MemoryError before anything
+    changes: one block short, the step must raise and change nothing, whatever copy_block does."""
+    class CopyRaises(reference.BlockPool):
+        def copy_block(self, b):
+            raise ValueError("copy_block is broken")
+
+    def ignores_copies(params, cfg, seqs, chunks):
+        need = sum(max(0, -(-(s.length + len(c)) // s.pool.block_size) - len(s.blocks)) for s, c in zip(seqs, chunks))
+        if seqs and need > seqs[0].pool.n_free:
+            raise MemoryError("short")
+        for seq, c in zip(seqs, chunks):
+            seq.reserve(len(c))
+        return [np.zeros((len(c), cfg.vocab)) for c in chunks]
+    cases = test_paged_step.PLANS["paged_step.all_or_nothing"](rng_for(0, "paged_step.all_or_nothing"))
+    case = next(c for c in cases if any(a[0] == "share" for a in c.inputs["actions"]))
+    expected = scenarios.step_script(reference, **case.inputs)
+    for pool in (reference.BlockPool, CopyRaises):
+        got = scenarios.step_script(_fake(BlockPool=pool, paged_step=ignores_copies), **case.inputs)
+        assert test_paged_step.JUDGES["paged_step.all_or_nothing"](case, expected, got, Context())
+
+
+class _IncrefsSource(reference.BlockPool):
+    """copy_block that also increfs its source (Part 1's bug): a shared block's holders each still find it
+    shared, so a step on it makes one copy too many and runs out of blocks after it started."""
+
+    def copy_block(self, b):
+        new = super().copy_block(b)
+        self.incref(b)
+        return new
+
+
+def _module(text, tag):
+    import importlib.util
+    import tempfile
+    folder = tempfile.mkdtemp()
+    with open(f"{folder}/paged_kv.py", "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"pk_no_excuse_{tag}", f"{folder}/paged_kv.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_exact_fit_that_runs_out_while_copying_is_not_charged_to_part_2():
+    """Part 2's count admitted the step (it started); that the copies then took one block more is Part
+    1's copy_block. Judged on what Part 2 owns, not excused by another check's verdict."""
+    judge = test_paged_step.JUDGES["paged_step.exact_count"]
+    for seed in (0, 1, 2):
+        for case in test_paged_step.PLANS["paged_step.exact_count"](rng_for(seed, "paged_step.exact_count")):
+            expected = scenarios.step_script(reference, **case.inputs)
+            got = scenarios.step_script(_fake(BlockPool=_IncrefsSource), **case.inputs)
+            assert judge(case, expected, got, Context()) is None, (seed, case.name)
+
+
+def test_a_count_that_refuses_an_exact_fit_up_front_fails_whatever_copy_block_does():
+    from grader.selftest import mutants
+    bad = _module(mutants.apply(mutants.BY_NAME["count_copies_n"]), "count_copies_n")
+
+    class Pool(bad.BlockPool):
+        def copy_block(self, b):
+            new = bad.BlockPool.copy_block(self, b)
+            self.incref(b)
+            return new
+    judge = test_paged_step.JUDGES["paged_step.exact_count"]
+    cases = test_paged_step.PLANS["paged_step.exact_count"](rng_for(0, "paged_step.exact_count"))
+    for pool in (bad.BlockPool, Pool):
+        fake = types.SimpleNamespace(BlockPool=pool, PagedSequence=bad.PagedSequence, paged_step=bad.paged_step)
+        verdicts = [judge(c, scenarios.step_script(reference, **c.inputs), scenarios.step_script(fake, **c.inputs),
+                          Context()) for c in cases]
+        assert any(v and "error: expected no error, got" in v and "MemoryError" in v for v in verdicts), verdicts
