@@ -306,9 +306,8 @@ def verdict(entry, lost, full, eps=1e-6):
         x, s, xs = lost[kx], lost[ks], lost[kxs]
         if s["total"] <= eps:
             return f"the sacrifice {ks} costs nothing (the pair proves nothing)", ""
-        short = []
-        for p in (*full, "total"):
-            want = min(full.get(p, float("inf")), x[p] + s[p])
+        short, wants = [], {p: min(full[p], x[p] + s[p]) for p in full}
+        for p, want in (*wants.items(), ("total", sum(wants.values()))):
             if xs[p] < want - eps:
                 short.append(f"{p} {xs[p]:.2f} < {want:.2f}")
         figures = f"loss X {x['total']:.2f}, S {s['total']:.2f}, X+S {xs['total']:.2f}"
