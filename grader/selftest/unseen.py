@@ -68,9 +68,10 @@ BUGS = [
     B("full_pool_valueerror", "allocator", "alloc on a full pool raises ValueError, not MemoryError",
       (("            raise MemoryError(f\"all {self.n_blocks} blocks are in use\")",
         "            raise ValueError(f\"all {self.n_blocks} blocks are in use\")"),)),
-    B("copy_block_shares", "allocator", "copy_block hands back the source itself with one more reference (no copy)",
+    B("copy_block_shares", "allocator", "copy_block hands back the source itself with one more reference (no copy). "
+      "Spans copy_on_write: Part 4 owns that a copied block holds its source's K/V (mutants.py's copy_block_no_v)",
       (("        b = self._in_use(b)\n        new = self.alloc()\n", "        b = self._in_use(b)\n        self._ref[b] += 1\n"
-        "        new = b\n"),)),
+        "        new = b\n"),), ("copy_on_write",)),
     B("v_pool_float32", "allocator", "the V storage is float32 (K float64)",
       (("        self.v = np.zeros(shape)\n", "        self.v = np.zeros(shape, dtype=np.float32)\n"),)),
     B("n_free_from_heap", "allocator", "n_free is the free list's length, kept in sync except after a failed alloc",
@@ -144,7 +145,8 @@ BUGS = [
       (("        for b in self.blocks:\n            self.pool.decref(b)\n", "        for b in self.blocks[:-1]:\n"
         "            self.pool.decref(b)\n"),)),
     B("cow_boundary_off", "copy_on_write", "copy-on-write tests (length + 1) % B: off by one at the block boundary",
-      ((_NEEDS, _NEEDS.replace("self.length % self.pool.block_size", "(self.length + 1) % self.pool.block_size")),)),
+      ((_NEEDS, _NEEDS.replace("self.length % self.pool.block_size != 0",
+                               "bool(self.blocks) and (self.length + 1) % self.pool.block_size != 0")),)),
     B("fork_child_len_blocks", "copy_on_write", "fork gives the child only the full blocks (the partial one is new)",
       (("        child.blocks, child.length = list(self.blocks), self.length\n",
         "        child.blocks, child.length = list(self.blocks), self.length\n"
@@ -185,6 +187,14 @@ _OPERATORS = (("==", "!="), ("<=", "<"), (" < ", " <= "), (">=", ">"), ("+= 1", 
 def _pool_span(text):
     start = text.index("class BlockPool")
     return start, text.index("\n# ------", start)
+
+
+_COPY_DATA = ("self.k[:, new] = self.k[:, b]", "self.v[:, new] = self.v[:, b]")
+
+
+def owner(name):
+    """The part a systematic mutation must cost: Part 1's, but a copy's data is Part 4's (as in mutants.py)."""
+    return "copy_on_write" if any(d[:12] in name for d in _COPY_DATA) else "allocator"
 
 
 def systematic():
@@ -264,12 +274,15 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=("bugs", "systematic"))
     ap.add_argument("--json", help="write every bug's losses here")
+    ap.add_argument("--names", help="only these (comma-separated names)")
     args = ap.parse_args(argv)
     named = {}
     if args.only in (None, "bugs"):
         named.update({b.name: (b.part, b.also, apply(b)) for b in BUGS})
     if args.only in (None, "systematic"):
-        named.update({f"sys {k}": ("allocator", (), t) for k, t in systematic().items()})
+        named.update({f"sys {k}": (owner(k), (), t) for k, t in systematic().items()})
+    if args.names:
+        named = {k: v for k, v in named.items() if k in args.names.split(",")}
     t0 = time.monotonic()
     found = measure(named, args.seed, args.jobs)
     wall = time.monotonic() - t0
