@@ -240,8 +240,8 @@ TRICKS = [
 ]
 
 # Entries (pair or trick names) that fail on main today (issue 14, seed 0); a listed entry that holds is a
-# failure too. Measured on main 79db51f: the excuses (deps.ok) close the first six, twins in a worker of
-# their own the last three.
+# failure too. Measured on main 79db51f; graded on main plus wip/excuses d29511d, the first six hold
+# (and nothing else changes state), on main plus wip/twins 61eaf4a the last three.
 KNOWN_OPEN = {
     "fork_raises+prefill_45",          # X+S 26.67 < 30 + 3.67: Part 4's drivers excused by Part 2's logits
     "fork_raises+prefill_target",      # 24.33 < 30 + 1.33
