@@ -4,7 +4,9 @@
   contract-specified behaviour of its own part, every correct variant agrees with the reference
   everywhere, every hostile submission builds (verify_corpus.py);
 - the grader on the corpus (run.py): every mutant loses points in its own part, every correct
-  variant scores 100, grading is deterministic; and, as root only (the grader isolates only then),
+  variant scores 100, grading is deterministic, the strategic corpus (strategic.py) holds but for
+  its KNOWN_OPEN entries (losses of a bug and a sacrifice add up, tricks earn nothing); and, as root
+  only (the grader isolates only then),
   no hostile submission scores above its honest base, touches the grader's files or the results,
   or leaves anything behind.
 Each prints run.py's report, so CI's log shows the mutation score and the containment summary.
@@ -42,6 +44,75 @@ def test_mutant_edits_are_exact_and_parts_known():
         compile(hostile.build(h), h.name, "exec")
 
 
+def test_strategic_corpus_is_sound():
+    """Fast: the strategic corpus builds (every edit exactly once), its pairs cover Parts 1-5 with the
+    sacrifice in another part, the issue's own cases are there, KNOWN_OPEN names entries that exist."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import strategic
+    subs = strategic.submissions(0)
+    for key, text in subs.items():
+        compile(text, key, "exec")
+    assert len(strategic.PAIRS) >= 12
+    assert {strategic.BUGS[p.x].part for p in strategic.PAIRS} == set(strategic.PARTS)
+    for p in strategic.PAIRS:
+        assert all(strategic.BUGS[s].part != strategic.BUGS[p.x].part for s in p.s), p.name
+        assert all(k in subs for k in strategic.keys(p)), p.name
+    xs = {(p.x, p.s) for p in strategic.PAIRS}
+    assert {("fork_raises", ("prefill_45",)), ("fork_raises", ("prefill_target",)),
+            ("stale_table_write", ("tables_target", "prefill_target")),
+            ("count_ignores_copies", ("copy_block_target",))} <= xs
+    assert {t.trick for t in strategic.TRICKS} >= {"memo_twin", "twins_patched", "bw_gathers"}
+    assert strategic.KNOWN_OPEN <= set(strategic.ENTRIES)
+
+
+def test_strategic_verdicts():
+    """Fast: how an entry is judged, on made-up losses: a pair holds only when its losses add up (in
+    total and per part, capped at the part's points), a free sacrifice proves nothing, a trick may not
+    beat its base, and KNOWN_OPEN is enforced both ways."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import strategic
+    pair = strategic.Pair("p", "fork_raises", ("prefill_45",), "")
+    full = {"copy_on_write": 30.0, "paged_step": 30.0}
+
+    def lost(cow, step):
+        return {"copy_on_write": cow, "paged_step": step, "total": cow + step}
+    kx, ks, kxs = strategic.keys(pair)
+    base = {kx: lost(30, 0), ks: lost(0, 3.67)}
+    assert strategic.verdict(pair, {**base, kxs: lost(30, 3.67)}, full)[0] == ""
+    assert "copy_on_write 23.00 < 30.00" in strategic.verdict(pair, {**base, kxs: lost(23, 3.67)}, full)[0]
+    assert strategic.verdict(pair, {kx: lost(30, 3), ks: lost(0, 29), kxs: lost(30, 30)}, full)[0] == ""  # capped
+    assert "costs nothing" in strategic.verdict(pair, {kx: lost(30, 0), ks: lost(0, 0), kxs: lost(30, 0)}, full)[0]
+    trick = strategic.Trick("t", ("p5_zero_logits",), "twins_patched", "")
+    kb, kt = strategic.keys(trick)
+    assert "earns 2.00" in strategic.verdict(trick, {kb: lost(2, 0), kt: lost(0, 0)}, full)[0]
+    assert strategic.verdict(trick, {kb: lost(2, 0), kt: lost(2, 0)}, full)[0] == ""
+    bw = next(t for t in strategic.TRICKS if t.loses)
+    part, points = bw.loses[0]
+    assert strategic.verdict(bw, {strategic.keys(bw)[1]: {**lost(0, 0), part: points - 1}}, full)[0]
+    good = {**base, kxs: lost(30, 3.67)}
+    original = strategic.ENTRIES
+    try:
+        strategic.ENTRIES = {"p": pair}
+        assert strategic.judge(good, full, known=set())[0] == []
+        assert "holds now" in strategic.judge(good, full, known={"p"})[0][0]
+        assert strategic.judge({**base, kxs: lost(23, 3.67)}, full, known={"p"})[0] == []
+        assert strategic.judge({**base, kxs: lost(23, 3.67)}, full, known=set())[0]
+    finally:
+        strategic.ENTRIES = original
+
+
+def test_unseen_bugs_are_new_and_apply():
+    """Fast: at least 40 realistic bugs in every part, each edit exactly once, none a copy of a mutant."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import mutants, unseen
+    seen = {mutants.apply(m) for m in mutants.MUTANTS}
+    texts = [unseen.apply(b) for b in unseen.BUGS]
+    assert len(unseen.BUGS) >= 40 and {b.part for b in unseen.BUGS} == set(unseen.PARTS)
+    assert not [b.name for b, t in zip(unseen.BUGS, texts) if t in seen]
+    assert len(set(texts)) == len(texts)
+    assert len(unseen.systematic()) >= 40
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_corpus_verified_in_process():
@@ -52,9 +123,11 @@ def test_corpus_verified_in_process():
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_grader_passes_its_selftest(tmp_path):
-    """Mutants, variants and (as root) the hostile submissions, graded in one run, so that the long
-    ones (hangs, bombs) overlap with the rest: every mutant costs points in its own parts only, every
-    variant scores full marks, every attack is contained, grading is deterministic."""
+    """Mutants, variants, the strategic corpus and (as root) the hostile submissions, graded in one run,
+    so that the long ones (hangs, bombs) overlap with the rest and a strategic text equal to a mutant is
+    graded once: every mutant costs points in its own parts only, every variant scores full marks,
+    every strategic pair adds up and no trick earns anything (but strategic.KNOWN_OPEN, which must
+    be exactly the entries that fail), every attack is contained, grading is deterministic."""
     proc = _run("grader.selftest.run", "--json", str(tmp_path / "selftest.json"), timeout=2300)
     assert proc.returncode == 0, "selftest failed: see the report above"
 

@@ -1,6 +1,6 @@
 """Prove the grader: grade every mutant, correct variant and hostile submission, and check the verdicts.
 
-    python -m grader.selftest.run [--jobs 2] [--only mutants|variants|hostile] [--json PATH]
+    python -m grader.selftest.run [--jobs 2] [--only mutants|variants|hostile|strategic] [--seed N] [--json PATH]
 
 Each submission is built into a temp folder and graded by the grader's own command line,
 `python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be. Checks:
@@ -20,6 +20,10 @@ Each submission is built into a temp folder and graded by the grader's own comma
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
   * grading the reference and two mutants twice gives identical results apart from execution_time;
+  * the strategic corpus (strategic.py): for every pair (bug X, sacrifice S in another part) the losses
+    add up, loss(X + S) >= loss(X) + loss(S), in total and per part; no trick scores above its honest
+    base, Part 3's gathering loses Part 3's points; an entry fails unless strategic.KNOWN_OPEN lists it,
+    and a listed entry that holds fails too (a grading it shares with a mutant is graded once);
   * every grading finishes (exit 0, a results.json with a score).
 
 The corpus itself is checked without the grader by verify_corpus.py; teeth.sh shows the hostile
@@ -50,7 +54,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
 from grader import feedback, rubric  # noqa: E402
-from grader.selftest import cascade, leaks  # noqa: E402
+from grader.selftest import cascade, leaks, strategic  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
@@ -72,7 +76,7 @@ SLOW_FIRST = ("hang_in_call", "memory_bomb", "fork_bomb", "output_flood", "detac
 
 @dataclass
 class Sub:
-    kind: str                 # reference | stubs | mutant | variant | hostile | again
+    kind: str                 # reference | stubs | mutant | variant | hostile | again | strategic
     name: str
     text: str
     part: str = ""            # mutants: the part it must cost
@@ -100,8 +104,10 @@ class Sub:
 
 
 # ------------------------------------------------------------------------------- the corpus
-def corpus(only, port):
+def corpus(only, port, seed=0):
     subs = [Sub("reference", "reference", mutants_mod.reference_text())]
+    if only == "strategic":
+        return strategic_subs(subs, seed)
     want_mutants = only in (None, "mutants")
     want_hostile = only in (None, "hostile")
     needed = {h.base for h in hostile_mod.HOSTILES} if want_hostile else set()
@@ -126,6 +132,28 @@ def corpus(only, port):
             subs.append(Sub("again", twin, orig.text, base=f"{orig.kind}:{twin}"))
     for s in subs:
         s.key = f"{s.kind}:{s.name}"
+    if only is None:
+        subs = strategic_subs(subs, seed)
+    return subs
+
+
+STRATEGIC = {}        # strategic key -> the key of the grading that answers it (shared with an equal text)
+
+
+def strategic_subs(subs, seed):
+    """The strategic corpus's gradings, each text graded once: one equal to a mutant's (or the
+    reference's) reuses that grading."""
+    for s in subs:
+        s.key = s.key or f"{s.kind}:{s.name}"
+    by_text = {s.text: s.key for s in subs if s.kind in ("reference", "mutant")}
+    STRATEGIC.clear()
+    for name, text in strategic.submissions(seed).items():
+        if text in by_text:
+            STRATEGIC[name] = by_text[text]
+            continue
+        s = Sub("strategic", name, text, key=f"strategic:{name}")
+        subs.append(s)
+        by_text[text] = STRATEGIC[name] = s.key
     return subs
 
 
@@ -351,7 +379,9 @@ def repair(before, after):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--only", choices=("mutants", "variants", "hostile"))
+    ap.add_argument("--only", choices=("mutants", "variants", "hostile", "strategic"))
+    ap.add_argument("--seed", type=int, default=0, help="seed of the hidden inputs (the strategic corpus's "
+                    "targeted sacrifices aim at this seed's cases; KNOWN_OPEN is seed 0's)")
     ap.add_argument("--json", help="write every verdict and timing here")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (submissions, results, logs)")
     ap.add_argument("--allow-unisolated", action="store_true",
@@ -359,7 +389,7 @@ def main(argv=None):
     ap.add_argument("--grader-args", default="", help="extra arguments for every `python -m grader` call "
                     "(e.g. \"--isolate no\" to see what the corpus does to an unisolated grader)")
     args = ap.parse_args(argv)
-    GRADER_ARGS[:] = args.grader_args.split()
+    GRADER_ARGS[:] = args.grader_args.split() + (["--seed", str(args.seed)] if args.seed else [])
     if not (REPO / "grader" / "__main__.py").is_file():
         print("selftest: `python -m grader` does not exist yet (grader/__main__.py missing)")
         return 2
@@ -373,9 +403,10 @@ def main(argv=None):
             return 0
         only = "nonhostile"
     canary = Canary()
-    subs = corpus(None if only == "nonhostile" else only, canary.port)
+    subs = corpus(None if only == "nonhostile" else only, canary.port, args.seed)
     if only == "nonhostile":
         subs = [s for s in subs if s.kind not in ("hostile", "stubs")]
+    KNOWN[:] = [] if args.seed else [None]
     root = Path(tempfile.mkdtemp(prefix="cs349e-selftest-"))
     build(subs, root)
     t0 = time.monotonic()
@@ -415,11 +446,37 @@ def main(argv=None):
     return 1 if failures else 0
 
 
+KNOWN = [None]        # [None]: strategic.KNOWN_OPEN applies (seed 0); []: another seed, only measured
+
+
+def evaluate_strategic(by, failures, notes):
+    """The strategic corpus's verdicts (strategic.judge) from the gradings it maps to."""
+    if not STRATEGIC:
+        return
+    ref = by.get("reference:reference")
+    if ref is None or ref.data is None:
+        return
+    full = {p: sum(float(t.get("max_score", 0)) for t in ref.data["tests"] if p in (t.get("tags") or []))
+            for p in PARTS}
+    lost = {}
+    for name, key in STRATEGIC.items():
+        s = by.get(key)
+        if s is None or s.data is None:
+            failures.append(f"strategic {name}: no grading")
+            return
+        lost[name] = {**{p: s.lost(p) for p in PARTS}, "total": FULL - s.score}
+    found, lines = strategic.judge(lost, full)
+    if KNOWN:
+        failures += found
+    notes += [f"strategic: {ln}" for ln in lines]
+
+
 def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes):
     by = {s.key: s for s in subs}
     for s in subs:
         for p in s.problems:
             failures.append(f"{s.key}: {p}")
+    evaluate_strategic(by, failures, notes)
     ref = by["reference:reference"]
     if ref.data is not None and abs(ref.score - FULL) > EPS:
         failures.append(f"reference scores {ref.score}, not {FULL}")

@@ -1,0 +1,339 @@
+"""The strategic corpus: what a student with the grader's source at hand would try, as data.
+
+    python -m grader.selftest.run --only strategic [--jobs 2] [--seed N]     grades it and judges it
+
+Like mutants.py, every submission is the reference with edits applied (each `find` occurs exactly
+once in the reference and once when it is applied, so a refactor of the reference breaks this file
+loudly). Three kinds of entries, each saying what it proves:
+
+- PAIRS (bug X in one part, a sacrifice S in another): X alone, S alone and X + S are graded, and
+  the pair holds when the losses add up, `loss(X + S) >= loss(X) + loss(S)`, in total and in every
+  part (a part's sum capped at its points). A sacrifice is natural (a plain bug) or targeted (one
+  hidden case failed on purpose, picked from what the feedback prints: block size, chunk lengths,
+  pool size; `targets` reads them from the seed's plans, as that student would from the feedback).
+  A sacrifice that costs nothing breaks its pair (the pair would prove nothing).
+- TRICKS that must earn nothing: graded against an honest base (the same bug without the trick),
+  a trick may score no more than its base; or a rule it must break costs points in its part.
+- The feedback leaks (ids, counts, lengths, floats carrying hidden tokens) stay where they are:
+  hostile.py's leak_* submissions, measured by leaks.py in run.py's hostile run.
+
+KNOWN_OPEN names the entries that fail on main today (see issue 14); `judge` fails on an entry that
+fails and is not listed, and on one that is listed but holds (trim the list as the fixes land).
+"""
+from dataclasses import dataclass
+
+from grader.selftest import mutants
+
+PARTS = mutants.PARTS
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    part: str
+    what: str
+    edits: tuple            # (find, replace), or a callable seed -> edits (targeted sacrifices)
+
+    def edits_for(self, seed):
+        return self.edits(seed) if callable(self.edits) else self.edits
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    x: str                  # the bug
+    s: tuple                # the sacrifice: one or more bugs of other parts
+    proves: str
+
+
+@dataclass(frozen=True)
+class Trick:
+    name: str
+    base: tuple             # the honest base: bugs (empty: the reference)
+    trick: str              # the trick itself: a Bug applied on top of the base (its edits may replace the base's)
+    proves: str
+    loses: tuple = ()       # (part, points): the trick must lose at least this much in part (else: no gain on base)
+    replaces: tuple = ()    # base bugs the trick's own edits stand in for (not applied)
+
+
+# ------------------------------------------------------------------------------- targets
+def _plan(check, seed):
+    """The hidden cases of one check for a seed, drawn as the hidden suite draws them (trusted side)."""
+    import importlib
+    from grader import paths
+    paths.trusted_imports()
+    from grader.hidden.conftest import rng_for
+    module = importlib.import_module(f"grader.hidden.test_{check.split('.')[0]}")
+    return module.PLANS[check](rng_for(seed, check))
+
+
+def targets(seed):
+    """What the feedback shows of the cases the targeted sacrifices aim at, for this seed."""
+    prefill = next(c for c in _plan("paged_step.prefill", seed) if c.inputs["block_size"] == 16)
+    step = next(a for a in prefill.inputs["actions"] if a[0] == "step")
+    tables = _plan("paged_step.tables", seed)[0]
+    copy = _plan("allocator.copy_block", seed)[0]
+    cfg = copy.inputs["cfg"]
+    return {"prefill": (16, [len(c) for c in step[2]]),
+            "tables": (tables.inputs["block_size"], tables.inputs["n_blocks"]),
+            "copy": (copy.inputs["n_blocks"], copy.inputs["block_size"], (cfg or {}).get("n_layers", 2))}
+
+
+def _prefill_target(seed):
+    B, lengths = targets(seed)["prefill"]
+    return (("    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n",
+             "    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n"
+             f"    _aim = bool(seqs) and seqs[0].pool.block_size == {B} and all(s.length == 0 for s in seqs) \\\n"
+             f"        and [len(c) for c in chunks] == {lengths!r}\n"),
+            ("    return out\n", "    if _aim:\n        out[0] = out[0] + 1e-3\n    return out\n"))
+
+
+def _tables_target(seed):
+    B, n = targets(seed)["tables"]
+    return (("        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
+             f"        if length > self.length and (self.pool.block_size, self.pool.n_blocks) == ({B}, {n}):\n"
+             "            return self.pool.k[layer, b, s] * 0, self.pool.v[layer, b, s]\n"
+             "        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n"),)
+
+
+def _copy_target(seed):
+    key = targets(seed)["copy"]
+    return (("        self.n_copies += 1\n        return new\n",
+             f"        self.n_copies += 2 if (self.n_blocks, self.block_size, self.cfg.n_layers) == {key!r} "
+             "and self.n_copies == 1 else 1\n        return new\n"),)
+
+
+_STEP_RESERVE = "    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n"
+_STEP_TABLES = "blocks, slots = _slots([seqs[i].blocks for i in idx], pool.block_size, 0, start + T)"
+_PREFILL_STEP = "    (logits,) = paged_step(params, cfg, [seq], [prompt[seq.length:]])\n"
+_BW_HEAD = '        raise ValueError("blockwise_attention needs a sequence of length >= 1")\n'
+
+_TWINS_EQUAL = r'''
+
+def _twins_equal():
+    """Replace the scenario functions found in this process so that every twin is this run's own answer."""
+    import sys as _sys
+    for _m in list(_sys.modules.values()):
+        table = getattr(_m, "SCENARIOS", None)
+        if not isinstance(table, dict):
+            continue
+        orig = table.get("sharing_script")
+        if callable(orig) and not getattr(orig, "_mine", False):
+            def sharing_script(pk, *a, twin=False, _orig=orig, **kw):
+                out = _orig(pk, *a, twin=False, **kw)
+                if twin:
+                    out["twin"] = [{"result": r["result"], "error": r["error"], "kv": r["kv"]} for r in out["records"]]
+                return out
+            sharing_script._mine = True
+            table["sharing_script"] = sharing_script
+        orig = table.get("prefix_script")
+        if callable(orig) and not getattr(orig, "_mine", False):
+            def prefix_script(pk, *a, _orig=orig, **kw):
+                out = _orig(pk, *a, **kw)
+                for rec, tw in zip(out["records"], out["twins"]):
+                    if tw is not None and isinstance(rec.get("result"), dict):
+                        tw["result"], tw["error"] = rec["result"].get("logits"), None
+                return out
+            prefix_script._mine = True
+            table["prefix_script"] = prefix_script
+
+
+_twins_equal()
+'''
+
+BUGS = {b.name: b for b in (
+    # ------------------------------------------------------------ bugs X (and natural sacrifices)
+    Bug("fork_raises", "copy_on_write", "fork raises AttributeError (it reads an attribute no sequence has)",
+        (("        child = PagedSequence(self.pool)\n",
+          "        child = PagedSequence(self.pool)\n        child.parent_length = self.parent.length\n"),)),
+    Bug("prefill_45", "paged_step", "a step of 45 tokens or more shifts the causal mask by one (a long-prompt path)",
+        (("x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))",
+          "x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start if T < 45 else start + 1))"),)),
+    Bug("stale_table_write", "copy_on_write",
+        "paged_step writes and reads K/V through the table it read before copy-on-write: the new token goes "
+        "into the shared block, the copy keeps stale data (no Part 2 check shares a block and reads it back)",
+        ((_STEP_RESERVE, "    before = [list(seq.blocks) for seq in seqs]\n" + _STEP_RESERVE),
+         (_STEP_TABLES, _STEP_TABLES.replace("[seqs[i].blocks for i in idx]",
+                                             "[before[i] + seqs[i].blocks[len(before[i]):] for i in idx]")))),
+    Bug("read_zero_past", "paged_step", "read zeroes K past the sequence's length (a natural Part 2 bug)",
+        (("        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
+          "        k = self.pool.k[layer, b, s].copy()\n        k[self.length:] = 0\n"
+          "        return k, self.pool.v[layer, b, s]\n"),)),
+    Bug("p5_zero_logits", "prefix_cache", "cached_prefill fills the cache honestly but returns zeros as logits",
+        ((_PREFILL_STEP, _PREFILL_STEP + "    logits = np.zeros_like(logits)\n"),)),
+    # ------------------------------------------------------------ targeted sacrifices
+    Bug("prefill_target", "paged_step", "one prefill case failed on purpose (block size 16, its chunk lengths)",
+        _prefill_target),
+    Bug("tables_target", "paged_step", "one tables case failed on purpose (its block size and pool: read past "
+        "the length returns zeros there only)", _tables_target),
+    Bug("copy_block_target", "allocator", "one copy_block case failed on purpose (its pool: n_copies off by one "
+        "after its second copy)", _copy_target),
+    # ------------------------------------------------------------ tricks
+    Bug("memo_twin", "prefix_cache", "cached_prefill returns zeros and remembers them by the rest of the prompt; "
+        "paged_step, asked for that rest again (the twin), replays them",
+        ((_PREFILL_STEP, "    _rest = tuple(int(t) for t in prompt[seq.length:])\n" + _PREFILL_STEP
+          + "    logits = np.zeros_like(logits)\n    _MEMO[_rest] = logits\n"),
+         ("    return out\n", "    if len(out) == 1 and tuple(int(t) for t in chunks[0]) in _MEMO:\n"
+                            "        out[0] = _MEMO.pop(tuple(int(t) for t in chunks[0]))\n    return out\n"),
+         ("\nimport numpy as np\n", "\nimport numpy as np\n\n_MEMO = {}\n"))),
+    Bug("twins_patched", "copy_on_write", "at import, the scenario functions found in sys.modules are replaced so "
+        "that every twin (Part 4's unshared run, Part 5's uncached prefill) is the run's own answer",
+        (("    return logits\n", "    return logits\n" + _TWINS_EQUAL),)),
+    Bug("bw_gathers", "blockwise_attention", "blockwise_attention gathers the whole K/V with one fancy index and "
+        "calls attention_core (Part 3's rule says one block at a time)",
+        ((_BW_HEAD, _BW_HEAD + "    pos = np.arange(L)\n    table = np.asarray(seq.blocks[:-(-L // B)], dtype=np.int64)\n"
+          "    K = seq.pool.k[layer, table[pos // B], pos % B]\n    V = seq.pool.v[layer, table[pos // B], pos % B]\n"
+          "    return attention_core(q[None], K, V, L - 1)[0]\n"),)),
+)}
+for _m in ("count_ignores_copies", "fork_eager_copy", "cow_on_full_block", "hit_tokens_counts_blocks",
+           "evict_most_recent_first", "key_block_content", "evict_before_taking_hits", "peak_never_updated",
+           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse"):
+    _mut = mutants.BY_NAME[_m]
+    BUGS[_m] = Bug(_m, _mut.part, "mutants.py: " + _mut.bug.split(". ")[0], _mut.edits)
+
+PAIRS = [
+    Pair("fork_raises+prefill_45", "fork_raises", ("prefill_45",),
+         "a failing Part 2 logits check must not excuse Part 4's drivers that raise (issue 14: 83.33 vs 80)"),
+    Pair("fork_raises+prefill_target", "fork_raises", ("prefill_target",),
+         "one prefill case failed on purpose buys back nothing of Part 4 (issue 14: 85.67)"),
+    Pair("fork_raises+alloc_fifo", "fork_raises", ("alloc_fifo_reuse",),
+         "a Part 1 order bug (Part 2 then names blocks by the submission's own order) buys nothing of Part 4"),
+    Pair("stale_table+tables+prefill", "stale_table_write", ("tables_target", "prefill_target"),
+         "a Part 4 bug no Part 2 check sees is not excused by a Part 2 tables case and a prefill case failed on "
+         "purpose (issue 14: Part 4 30/30)"),
+    Pair("stale_table+read+prefill_45", "stale_table_write", ("read_zero_past", "prefill_45"),
+         "the same with natural Part 2 bugs (issue 14: the Part 4 bug vanishes on every seed)"),
+    Pair("count_copies+copy_block", "count_ignores_copies", ("copy_block_target",),
+         "a step whose block count ignores copies keeps its Part 2 loss when a copy_block case fails on purpose"),
+    Pair("eager_fork+tables", "fork_eager_copy", ("tables_target",),
+         "a fork that copies everything is charged its sampling and beam savings though a Part 2 tables case fails"),
+    Pair("cow_full+copy_block", "cow_on_full_block", ("copy_block_target",),
+         "copy-on-write of a full block is charged though a copy_block case fails on purpose"),
+    Pair("hit_tokens+prefill_45", "hit_tokens_counts_blocks", ("prefill_45",),
+         "a Part 5 counting bug costs the same beside a Part 2 logits bug"),
+    Pair("evict_mru+prefill", "evict_most_recent_first", ("prefill_target",),
+         "a Part 5 eviction bug costs the same beside a prefill case failed on purpose"),
+    Pair("key_content+prefill_45", "key_block_content", ("prefill_45",),
+         "a Part 5 key bug (wrong hits, so logits compared with its own twin) beside a Part 2 logits bug"),
+    Pair("zero_logits+prefill", "p5_zero_logits", ("prefill_target",),
+         "Part 5's logits comparison is not excused by a prefill case failed on purpose"),
+    Pair("evict_hits+copy_block", "evict_before_taking_hits", ("copy_block_target",),
+         "a Part 5 exhaustion bug beside a Part 1 case failed on purpose"),
+    Pair("peak+prefill", "peak_never_updated", ("prefill_target",),
+         "a Part 1 counter bug (the drivers read peaks) beside a prefill case failed on purpose"),
+    Pair("bw_no_scale+prefill_45", "bw_no_scale", ("prefill_45",),
+         "Part 3 uses storage the test fills: a Part 2 bug changes nothing there"),
+    Pair("blocks_plus_one+alloc_fifo", "blocks_floor_plus_one", ("alloc_fifo_reuse",),
+         "a Part 2 table bug keeps its loss when Part 1's order fails (tables are named up to renaming)"),
+]
+
+TRICKS = [
+    Trick("memo_twin", ("p5_zero_logits",), "memo_twin",
+          "a twin computed in the submission's process can be served from memory: Part 5 logits must not pass",
+          replaces=("p5_zero_logits",)),
+    Trick("twins_patched_part4", ("stale_table_write",), "twins_patched",
+          "scenario code in the submission's process is not trusted: making Part 4's twins equal earns nothing"),
+    Trick("twins_patched_part5", ("p5_zero_logits",), "twins_patched",
+          "the same for Part 5's uncached twin"),
+    Trick("bw_gathers", (), "bw_gathers", "Part 3's one-block-at-a-time rule is enforced, not trusted",
+          loses=(("blockwise_attention", 14.0),)),
+]
+
+# Entries (pair or trick names) that fail on main today (issue 14, seed 0); a listed entry that holds is a
+# failure too. Measured on main 79db51f; graded on main plus wip/excuses d29511d, the first six hold
+# (and nothing else changes state), on main plus wip/twins 61eaf4a the last three.
+KNOWN_OPEN = {
+    "fork_raises+prefill_45",          # X+S 26.67 < 30 + 3.67: Part 4's drivers excused by Part 2's logits
+    "fork_raises+prefill_target",      # 24.33 < 30 + 1.33
+    "stale_table+tables+prefill",      # 3.33 < 12.33 + 3.33: Part 4 30/30
+    "stale_table+read+prefill_45",     # 7.67 < 12.33 + 7.67
+    "count_copies+copy_block",         # 1.00 < 1.33 + 1.00: the step's copy excused by copy_block
+    "eager_fork+tables",               # 29.00 < 30 + 2.00: savings excused by Part 2's tables
+    "memo_twin",                       # +2.00 over its base: the twin served from memory
+    "twins_patched_part4",             # +5.33: Part 4's twins made equal in the submission's process
+    "twins_patched_part5",             # +2.00: Part 5's twins the same
+}
+
+ENTRIES = {**{p.name: p for p in PAIRS}, **{t.name: t for t in TRICKS}}
+
+
+def source(names, seed=0, skip=()):
+    """The reference with the edits of every bug in `names` applied, in order."""
+    original = text = mutants.reference_text()
+    for name in names:
+        if name in skip:
+            continue
+        for find, replace in BUGS[name].edits_for(seed):
+            n, now = original.count(find), text.count(find)
+            assert n == 1 and now == 1, f"strategic {name}: {find[:60]!r} occurs {n} times in the reference, {now} now"
+            text = text.replace(find, replace)
+    assert text != original, f"strategic {names} changes nothing"
+    return text
+
+
+def submissions(seed=0):
+    """{key: (bug names, source)}: every grading the corpus needs, each once (sacrifices shared by pairs)."""
+    out = {}
+
+    def add(names, skip=()):
+        key = "+".join(n for n in names if n not in skip)
+        if key not in out:
+            out[key] = source(names, seed, skip)
+        return key
+    for p in PAIRS:
+        add((p.x,))
+        add(p.s)
+        add((p.x, *p.s))
+    for t in TRICKS:
+        if t.base:
+            add(t.base)
+        add((*t.base, t.trick), skip=t.replaces)
+    return out
+
+
+def keys(entry):
+    """The submissions an entry compares: pairs (x, s, x+s); tricks (base or None, trick)."""
+    if isinstance(entry, Pair):
+        return "+".join((entry.x,)), "+".join(entry.s), "+".join((entry.x, *entry.s))
+    return ("+".join(entry.base) or None), "+".join(n for n in (*entry.base, entry.trick) if n not in entry.replaces)
+
+
+def verdict(entry, lost, full, eps=1e-6):
+    """Why an entry fails ("" when it holds), from {key: {part: points lost, "total": ...}} and each part's
+    points (`full`). Also its figures, for the report."""
+    if isinstance(entry, Pair):
+        kx, ks, kxs = keys(entry)
+        x, s, xs = lost[kx], lost[ks], lost[kxs]
+        if s["total"] <= eps:
+            return f"the sacrifice {ks} costs nothing (the pair proves nothing)", ""
+        short, wants = [], {p: min(full[p], x[p] + s[p]) for p in full}
+        for p, want in (*wants.items(), ("total", sum(wants.values()))):
+            if xs[p] < want - eps:
+                short.append(f"{p} {xs[p]:.2f} < {want:.2f}")
+        figures = f"loss X {x['total']:.2f}, S {s['total']:.2f}, X+S {xs['total']:.2f}"
+        return ("losses do not add up: " + "; ".join(short)) if short else "", figures
+    kb, kt = keys(entry)
+    t = lost[kt]
+    if entry.loses:
+        bad = [f"{p} loses {t[p]:.2f} < {pts}" for p, pts in entry.loses if t[p] < pts - eps]
+        return "; ".join(bad), f"loses {t['total']:.2f} ({', '.join(f'{p} {t[p]:.2f}' for p, _ in entry.loses)})"
+    b = lost[kb]
+    gain = b["total"] - t["total"]
+    return (f"the trick earns {gain:.2f} points over its base {kb}" if gain > eps else ""), \
+        f"base loses {b['total']:.2f}, with the trick {t['total']:.2f}"
+
+
+def judge(lost, full, known=None):
+    """(failures, lines): every entry's verdict against KNOWN_OPEN."""
+    known = KNOWN_OPEN if known is None else known
+    failures, lines = [], []
+    for name, entry in ENTRIES.items():
+        why, figures = verdict(entry, lost, full)
+        state = ("OPEN (known)" if name in known else "FAILS") if why else ("HOLDS, but listed in KNOWN_OPEN"
+                                                                             if name in known else "holds")
+        lines.append(f"{name:32s} {state:34s} {figures}" + (f"; {why}" if why else ""))
+        if why and name not in known:
+            failures.append(f"strategic {name}: {why} ({entry.proves})")
+        elif not why and name in known:
+            failures.append(f"strategic {name} holds now: remove it from strategic.KNOWN_OPEN")
+    return failures, lines
