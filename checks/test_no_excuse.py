@@ -1,7 +1,7 @@
 """No excuse is a pass (issue 14): the judges of Parts 1-4 never ask how another part fares, the
 drivers are judged on the pool whatever Part 2's logits, and a case another part makes impossible to
 observe fails with that part named. In-process, on the reference and small planted bugs; the graded
-pairs (bug + sacrifice) are in test_strategic.py."""
+pairs (bug + sacrifice) are the selftest's strategic corpus (grader/selftest/strategic.py)."""
 import copy
 import types
 

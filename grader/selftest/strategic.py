@@ -242,17 +242,7 @@ TRICKS = [
 # Entries (pair or trick names) that fail on main today (issue 14, seed 0); a listed entry that holds is a
 # failure too. Measured on main 79db51f; graded on main plus wip/excuses d29511d, the first six hold
 # (and nothing else changes state), on main plus wip/twins 61eaf4a the last three.
-KNOWN_OPEN = {
-    "fork_raises+prefill_45",          # X+S 26.67 < 30 + 3.67: Part 4's drivers excused by Part 2's logits
-    "fork_raises+prefill_target",      # 24.33 < 30 + 1.33
-    "stale_table+tables+prefill",      # 3.33 < 12.33 + 3.33: Part 4 30/30
-    "stale_table+read+prefill_45",     # 7.67 < 12.33 + 7.67
-    "count_copies+copy_block",         # 1.00 < 1.33 + 1.00: the step's copy excused by copy_block
-    "eager_fork+tables",               # 29.00 < 30 + 2.00: savings excused by Part 2's tables
-    "memo_twin",                       # +2.00 over its base: the twin served from memory
-    "twins_patched_part4",             # +5.33: Part 4's twins made equal in the submission's process
-    "twins_patched_part5",             # +2.00: Part 5's twins the same
-}
+KNOWN_OPEN = set()     # all nine listed on 79db51f closed: excuses (6) and twins in a worker of their own (3)
 
 ENTRIES = {**{p.name: p for p in PAIRS}, **{t.name: t for t in TRICKS}}
 
