@@ -195,3 +195,20 @@ def test_a_throwaway_bonus_part_6(copy):
     off = run(copy, sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import build_handout as b; "
               "print(b.without_bonus_python(open('starter/paged_kv.py').read()))")
     assert "frob" not in off.stdout and "PrefixCache" not in off.stdout and "class PagedSequence" in off.stdout
+
+
+@pytest.mark.slow
+def test_a_check_added_without_its_judge_is_a_grader_error(copy):
+    """Issue 17's trap: a ninth Part 4 check registered and planned, its judge forgotten. It once fell
+    back to a generic judge (Part 1's block ids compared) and graded in silence; now collection fails,
+    and grade.py refuses the grading (exit 3, no results.json) saying which judge is missing."""
+    edit(copy, "tests/registry.py", '     "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内"),\n',
+         '     "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内"),\n'
+         '    ("copy_on_write", "fork_again", 1, "fork, once more", "再 fork 一次"),\n')
+    edit(copy, "tests/registry.py", '("copy_on_write", "fork", 4,', '("copy_on_write", "fork", 3,')
+    edit(copy, "grader/hidden/test_copy_on_write.py", '    "copy_on_write.beam_search": plan_beam_search,\n',
+         '    "copy_on_write.beam_search": plan_beam_search,\n    "copy_on_write.fork_again": plan_fork,\n')
+    out = copy / "build" / "results.json"
+    r = run(copy, sys.executable, "-m", "grader", "solution/paged_kv.py", "--results", str(out), "--isolate", "no")
+    assert r.returncode == 3 and not out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    assert "the grader itself failed" in r.stderr and "JUDGES lacks copy_on_write.fork_again" in r.stderr, r.stderr[-3000:]
