@@ -189,6 +189,22 @@ def test_a_throwaway_bonus_part_6(copy):
     r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "frob")
     assert r.returncode == 0 and "Part 6 (bonus): doubling (frob, extra credit): 1 of 1 passed" in r.stdout, \
         r.stdout[-2000:]
+    r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "starter", "--part", "frob")
+    assert r.returncode == 0 and ('Part 6 (bonus): doubling (frob): bonus not attempted: its stubs still raise '
+                                  'NotImplementedError("TODO Part 6 ...")') in r.stdout, r.stdout[-2000:]
+    said = {impl: run(copy, sys.executable, "tools/labtool.py", "check", "--impl", impl).stdout.splitlines()[1:]
+            for impl in ("starter", "solution")}
+    assert said["starter"] == [
+        'Part 5: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 5 ...") '
+        '(extra credit only: Parts 1-4 are graded as usual).',
+        'Part 6: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 6 ...") '
+        '(extra credit only: Parts 1-4 are graded as usual).'], said
+    assert said["solution"] == ["Part 5 (bonus): PrefixCache and cached_prefill are defined.",
+                                "Part 6 (bonus): frob is defined."], said
+    edit(copy, "solution/paged_kv.py", PART6["solution"], "")       # a file written before Part 6: no frob
+    r = run(copy, sys.executable, "tools/labtool.py", "submit", "--impl", "solution", "--out", "build/s.zip")
+    assert r.returncode == 0 and "Part 6: bonus not attempted: paged_kv.py defines no frob (extra credit only: " \
+        "Parts 1-4 are graded as usual)." in r.stdout and "TODO" not in r.stdout, r.stdout
     r = run(copy, sys.executable, "-m", "pytest", "-q", "checks/test_tables.py", "checks/test_handout_sync.py",
             "checks/test_handout.py", "-m", "not slow")
     assert r.returncode == 0, r.stdout[-2000:]
