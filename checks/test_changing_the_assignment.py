@@ -227,4 +227,5 @@ def test_a_check_added_without_its_judge_is_a_grader_error(copy):
     out = copy / "build" / "results.json"
     r = run(copy, sys.executable, "-m", "grader", "solution/paged_kv.py", "--results", str(out), "--isolate", "no")
     assert r.returncode == 3 and not out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
-    assert "the grader itself failed" in r.stderr and "JUDGES lacks copy_on_write.fork_again" in r.stderr, r.stderr[-3000:]
+    assert "the grader itself failed" in r.stderr, r.stderr[-3000:]
+    assert "JUDGES lacks copy_on_write.fork_again" in r.stderr, r.stderr[-3000:]

@@ -5,11 +5,12 @@ Each part's module (the part's test_file, tests/registry.py) declares PLANS (che
 the registry's checks of that part: a check without its judge, a judge without its check or a check
 the registry does not list fails collection (bind), and grade.py refuses such a grading (exit 3).
 There is no fallback judge: a check that wants the plain comparison names judges.generic_judge.
-Every case becomes one pytest item marked with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
-two parts at a time as soon as collection ends; if that call fails, each of its checks is called
-again on its own (and the sandbox calls such a check once more in a fresh worker if its worker dies
-or the machine starves it: sandbox.py). The reference answers the same calls here, in the trusted
-process. The submission's code never runs in this process.
+Every case becomes one pytest item marked with its check. All cases of all checks of a part go to
+the sandbox in ONE call (the `batch` scenario), two parts at a time as soon as collection ends; if
+that call fails, each of its checks is called again on its own (and the sandbox calls such a check
+once more in a fresh worker if its worker dies or the machine starves it: sandbox.py). The
+reference answers the same calls here, in the trusted process. The submission's code never runs
+in this process.
 
 A call the machine failed twice ("grader_error") is judged as nothing: the case fails here, but
 grade.py then refuses the whole grading (exit 3, no results: regrade), so no score includes it.
