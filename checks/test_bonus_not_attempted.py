@@ -67,7 +67,7 @@ def module(tmp_path, kind):
     return mod
 
 
-NOT_ATTEMPTED = {kind: labtool.BONUS_NOT_ATTEMPTED[kind] for kind in ("stubbed", "absent")}
+NOT_ATTEMPTED = {kind: labtool.not_attempted(kind, "prefix_cache") for kind in ("stubbed", "absent")}
 
 
 # ------------------------------------------------------------------------------- the decision

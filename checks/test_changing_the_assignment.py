@@ -189,9 +189,43 @@ def test_a_throwaway_bonus_part_6(copy):
     r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "frob")
     assert r.returncode == 0 and "Part 6 (bonus): doubling (frob, extra credit): 1 of 1 passed" in r.stdout, \
         r.stdout[-2000:]
+    r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "starter", "--part", "frob")
+    assert r.returncode == 0 and ('Part 6 (bonus): doubling (frob): bonus not attempted: its stubs still raise '
+                                  'NotImplementedError("TODO Part 6 ...")') in r.stdout, r.stdout[-2000:]
+    said = {impl: run(copy, sys.executable, "tools/labtool.py", "check", "--impl", impl).stdout.splitlines()[1:]
+            for impl in ("starter", "solution")}
+    assert said["starter"] == [
+        'Part 5: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 5 ...") '
+        '(extra credit only: Parts 1-4 are graded as usual).',
+        'Part 6: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 6 ...") '
+        '(extra credit only: Parts 1-4 are graded as usual).'], said
+    assert said["solution"] == ["Part 5 (bonus): PrefixCache and cached_prefill are defined.",
+                                "Part 6 (bonus): frob is defined."], said
+    edit(copy, "solution/paged_kv.py", PART6["solution"], "")       # a file written before Part 6: no frob
+    r = run(copy, sys.executable, "tools/labtool.py", "submit", "--impl", "solution", "--out", "build/s.zip")
+    assert r.returncode == 0 and "Part 6: bonus not attempted: paged_kv.py defines no frob (extra credit only: " \
+        "Parts 1-4 are graded as usual)." in r.stdout and "TODO" not in r.stdout, r.stdout
     r = run(copy, sys.executable, "-m", "pytest", "-q", "checks/test_tables.py", "checks/test_handout_sync.py",
             "checks/test_handout.py", "-m", "not slow")
     assert r.returncode == 0, r.stdout[-2000:]
     off = run(copy, sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import build_handout as b; "
               "print(b.without_bonus_python(open('starter/paged_kv.py').read()))")
     assert "frob" not in off.stdout and "PrefixCache" not in off.stdout and "class PagedSequence" in off.stdout
+
+
+@pytest.mark.slow
+def test_a_check_added_without_its_judge_is_a_grader_error(copy):
+    """Issue 17's trap: a ninth Part 4 check registered and planned, its judge forgotten. It once fell
+    back to a generic judge (Part 1's block ids compared) and graded in silence; now collection fails,
+    and grade.py refuses the grading (exit 3, no results.json) saying which judge is missing."""
+    edit(copy, "tests/registry.py", '     "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内"),\n',
+         '     "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内"),\n'
+         '    ("copy_on_write", "fork_again", 1, "fork, once more", "再 fork 一次"),\n')
+    edit(copy, "tests/registry.py", '("copy_on_write", "fork", 4,', '("copy_on_write", "fork", 3,')
+    edit(copy, "grader/hidden/test_copy_on_write.py", '    "copy_on_write.beam_search": plan_beam_search,\n',
+         '    "copy_on_write.beam_search": plan_beam_search,\n    "copy_on_write.fork_again": plan_fork,\n')
+    out = copy / "build" / "results.json"
+    r = run(copy, sys.executable, "-m", "grader", "solution/paged_kv.py", "--results", str(out), "--isolate", "no")
+    assert r.returncode == 3 and not out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    assert "the grader itself failed" in r.stderr, r.stderr[-3000:]
+    assert "JUDGES lacks copy_on_write.fork_again" in r.stderr, r.stderr[-3000:]

@@ -505,3 +505,61 @@ def test_an_answer_that_says_the_pool_could_not_be_built_names_the_part_to_fix()
     for forged in ({"unbuilt": ["BlockPool"], "kind": "x"}, {"unbuilt": "os.system", "kind": "x"},
                    {"unbuilt": "BlockPool"}, [], None, {"records": [], "twins": []}):
         assert _unbuilt(forged, "prefix_cache") == ""
+
+
+# ---------------------------------------------------------------- binding plans and judges to checks
+def _hidden_module(name, plans, judges):
+    """A hidden module as pytest would import it: its file name says its part."""
+    import types
+    module = types.ModuleType(name)
+    module.__file__ = str(paths.HIDDEN / f"{name}.py")
+    module.PLANS, module.JUDGES = plans, judges
+    return module
+
+
+def test_every_hidden_module_binds_exactly_its_parts_checks_by_id():
+    """Each part's hidden module has a plan and a judge named for every registry check of its part."""
+    import importlib
+    from grader.hidden.conftest import bind
+    for part in registry.PARTS:
+        module = importlib.import_module(f"grader.hidden.{part.test_file[:-len('.py')]}")
+        bound = bind(module)
+        assert list(bound) == [c.id for c in registry.checks_of(part.id)]
+        assert all(bound[c] == (module.PLANS[c], module.JUDGES[c]) for c in bound)
+
+
+@pytest.mark.parametrize("change, said", [
+    ("extra plan", "PLANS has copy_on_write.fork_again, not a check of part copy_on_write"),
+    ("missing judge", "JUDGES lacks copy_on_write.beam_search"),
+    ("extra judge", "JUDGES has copy_on_write.fork_again"),
+    ("missing plan", "PLANS lacks copy_on_write.fork"),
+    ("no judges", "JUDGES is not a dict"),
+    ("judge not callable", "JUDGES['copy_on_write.free'] is not callable"),
+])
+def test_a_hidden_module_whose_plans_and_judges_are_not_its_checks_does_not_load(change, said):
+    """Issue 17: a seventh sharing check once fell back to a generic judge (Part 1's ids compared: one bug,
+    two charges). Now a plan without its judge, a judge without its check, or either without the
+    other, stops collection with what is wrong."""
+    from grader.hidden import test_copy_on_write as cow
+    from grader.hidden.conftest import BindingError, bind
+    plans, judges = dict(cow.PLANS), dict(cow.JUDGES)
+    if change == "extra plan":
+        plans["copy_on_write.fork_again"] = cow.plan_fork
+    elif change == "missing judge":
+        del judges["copy_on_write.beam_search"]
+    elif change == "extra judge":
+        judges["copy_on_write.fork_again"] = judges["copy_on_write.fork"]
+    elif change == "missing plan":
+        del plans["copy_on_write.fork"]
+    elif change == "no judges":
+        judges = None
+    else:
+        judges["copy_on_write.free"] = "sharing_judge"
+    with pytest.raises(BindingError, match=re.escape(said)):
+        bind(_hidden_module("test_copy_on_write", plans, judges))
+
+
+def test_a_hidden_module_of_no_part_does_not_load():
+    from grader.hidden.conftest import BindingError, bind
+    with pytest.raises(BindingError, match="no part of tests/registry.py has this test file"):
+        bind(_hidden_module("test_frobnicate", {}, {}))

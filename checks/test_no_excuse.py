@@ -16,7 +16,7 @@ import paged_kv as reference  # noqa: E402
 import scenarios  # noqa: E402
 
 from grader.hidden import test_allocator, test_blockwise_attention, test_copy_on_write, test_paged_step  # noqa: E402
-from grader.hidden.conftest import generic_judge, rng_for  # noqa: E402
+from grader.hidden.conftest import rng_for  # noqa: E402
 
 MODULES = (test_allocator, test_paged_step, test_blockwise_attention, test_copy_on_write)
 
@@ -50,7 +50,7 @@ def test_no_judge_of_parts_1_to_4_asks_how_another_part_fares(check):
     """Every check of Parts 1-4 judges the reference's answer against itself from its own answers only:
     a verdict that cannot be bought by failing another check."""
     module = next(m for m in MODULES if check in m.PLANS)
-    judge = getattr(module, "JUDGES", {}).get(check, generic_judge)
+    judge = module.JUDGES[check]
     case = _case(module, check)
     expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
     assert judge(case, expected, copy.deepcopy(expected), Context(case, expected)) is None

@@ -12,6 +12,7 @@
 Each prints run.py's report, so CI's log shows the mutation score and the containment summary.
 """
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,30 @@ def _run(*args, timeout):
     print(proc.stdout[-12000:])
     print(proc.stderr[-4000:], file=sys.stderr)
     return proc
+
+
+@pytest.mark.slow
+def test_a_correct_variant_whose_public_tests_skip_wrongly_fails_the_cascade(tmp_path):
+    """A probe that wrongly decides a correct file must wait for Part 2 (planted in a copy of the
+    public tests) skips Part 4's driver tests: for a correct variant that is a failure of those tests,
+    while its Part 5 tests skipped as "bonus not attempted" are not; a mutant's skips stay allowed."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import cascade
+    for d in ("tests", "tools", "lab"):
+        shutil.copytree(REPO / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    support = tmp_path / "tests" / "support.py"
+    text = support.read_text()
+    assert text.count("def part2_works(pk):\n") == 1
+    support.write_text(text.replace("def part2_works(pk):\n", "def part2_works(pk):\n    return False    # planted\n"))
+    impl = tmp_path / "impl"
+    impl.mkdir()
+    shutil.copy(REPO / "grader" / "selftest" / "variants" / "plain_loops.py", impl / "paged_kv.py")
+    assert "class PrefixCache" not in (impl / "paged_kv.py").read_text()     # its bonus skips are excused
+    assert cascade.public_failures(impl, correct=True) == {}
+    planted = cascade.public_failures(impl, correct=True, tests=tmp_path / "tests")
+    assert set(planted) == {"copy_on_write"} and planted["copy_on_write"], planted
+    assert all(" (skipped: " in n and "waits for paged_step (Part 2)" in n for n in planted["copy_on_write"]), planted
+    assert cascade.public_failures(impl, tests=tmp_path / "tests") == {}       # not a correct one: skips allowed
 
 
 def test_mutant_edits_are_exact_and_parts_known():

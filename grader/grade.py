@@ -143,7 +143,7 @@ def bonus_left_out(missing):
 
 
 BONUS_STUBBED = ('bonus not attempted: every Part {n} check stopped at a stub that still raises '
-                 'NotImplementedError("TODO Part {n} ...") (extra credit only: the other parts are graded as usual)')
+                 'NotImplementedError("{todo} ...") (extra credit only: the other parts are graded as usual)')
 
 
 def bonus_stubbed(by_check, todo_parts):
@@ -154,11 +154,11 @@ def bonus_stubbed(by_check, todo_parts):
     never looks at another part: a failure of Parts 1-4 stays what it is."""
     out = {}
     for part in rubric.BONUS_PARTS:
-        n = rubric.ALL_PARTS.index(part) + 1
+        n = rubric.registry.number(part)
         ids = [cid for cid, check in rubric.CHECKS.items() if check.part == part]
         if ids and all(todo_parts.get(cid) == n for cid in ids) \
                 and not any(ok for cid in ids for ok, _ in by_check.get(cid, [])):
-            out[part] = BONUS_STUBBED.format(n=n)
+            out[part] = BONUS_STUBBED.format(n=n, todo=rubric.registry.todo_prefix(part))
     return out
 
 

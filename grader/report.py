@@ -122,7 +122,7 @@ def results_json(rows, output, seconds, extra_data=None):
     tests = []
     for i, row in enumerate(rows):
         check = row["check"]
-        part_no = rubric.ALL_PARTS.index(check.part) + 1
+        part_no = rubric.registry.number(check.part)
         number = f"{part_no}.{1 + sum(1 for r in rows[:i] if r['check'].part == check.part)}"
         tests.append({"name": test_name(check), "number": number, "score": row["points"],
                       "max_score": check.points, "status": "passed" if row["points"] == check.points else "failed",

@@ -160,7 +160,7 @@ def max_difference(plain, cached):
 
 def demo5_prefix_cache(pk, lab):
     state = labtool.bonus_state(pk)
-    if state in labtool.BONUS_NOT_ATTEMPTED:
+    if state in labtool.NOT_ATTEMPTED:
         print(lab.t("demo5.not_attempted", why=lab.t(f"demo5.{state}")))
         return
     if state == labtool.BONUS_INCOMPLETE:

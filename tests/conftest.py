@@ -3,7 +3,7 @@ readable:
 
 - a file that does not import or lacks a contract name: one message (file, line, what to fix), exit 3;
 - a test that reaches a stub fails with one line: "not implemented yet: TODO Part 2: paged_step";
-- the bonus (Part 5) left as the starter's stubs, or not there at all, skips its tests with one
+- a bonus part (Part 5) left as the starter's stubs, or not there at all, skips its tests with one
   reason, "bonus not attempted" (labtool.bonus_state decides, as make submit and demo 5 do);
 - a test whose scenario cannot build what it needs (BlockPool(...) raised) fails in the part that
   owns it and is skipped elsewhere, naming the part to fix first;
@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
     fixture in test_prefix_cache.py skips those), not failed one by one."""
     for part, state in config.bonus_states.items():
         if state == labtool.BONUS_STUBBED:
-            skip = pytest.mark.skip(reason=labtool.BONUS_NOT_ATTEMPTED[labtool.BONUS_STUBBED])
+            skip = pytest.mark.skip(reason=labtool.not_attempted(labtool.BONUS_STUBBED, part))
             for item in items:
                 if part in item.keywords:
                     item.add_marker(skip)

@@ -137,17 +137,24 @@ def bonus_problems(module, part=BONUS_PART):
     return _name_problems(module, functions, classes, moved)
 
 
-# What a file's Part 5 is, for make test, make submit and demo 5 alike (the grader decides the same
-# from what the sandbox reports: grader/grade.py, bonus_stubbed).
-BONUS_ABSENT = "absent"            # none of its names: written before Part 5, or without it
+# What a file's bonus part is, for make test, make submit and demo 5 alike (the grader decides the
+# same from what the sandbox reports: grader/grade.py, bonus_stubbed).
+BONUS_ABSENT = "absent"            # none of its names: written before the part existed, or without it
 BONUS_INCOMPLETE = "incomplete"    # some of its names missing or not callable as the contract does
-BONUS_STUBBED = "stubbed"          # every entry point still raises the starter's NotImplementedError("TODO Part 5 ...")
+BONUS_STUBBED = "stubbed"          # every entry point still raises the starter's NotImplementedError("TODO Part N ...")
 BONUS_ATTEMPTED = "attempted"
-BONUS_NOT_ATTEMPTED = {            # the one reason each says, everywhere
-    BONUS_ABSENT: f"bonus not attempted: paged_kv.py defines no {' and no '.join(registry.top_names(BONUS_PART))}",
-    BONUS_STUBBED: "bonus not attempted: its stubs still raise "
-                   f'NotImplementedError("{registry.todo_prefix(BONUS_PART)} ...")',
-} if BONUS_PART else {}
+NOT_ATTEMPTED = (BONUS_ABSENT, BONUS_STUBBED)      # the states that are "bonus not attempted"
+CORE_SPAN = f"Parts {registry.core()[0].number}-{registry.core()[-1].number}"     # "Parts 1-4": the 100 points
+
+
+def not_attempted(state, part=BONUS_PART):
+    """The one reason a bonus part not attempted gives, everywhere (make test's skips, make check and
+    submit, demo 5), in the registry's words for that part; None for a state that is an attempt."""
+    if state == BONUS_ABSENT:
+        return f"bonus not attempted: paged_kv.py defines no {' and no '.join(registry.top_names(part))}"
+    if state == BONUS_STUBBED:
+        return f'bonus not attempted: its stubs still raise NotImplementedError("{registry.todo_prefix(part)} ...")'
+    return None
 
 
 def bonus_state(module, part=BONUS_PART):
@@ -171,15 +178,21 @@ def _scenarios():
     return scenarios
 
 
-def bonus_line(module):
-    """What check and submit say about Part 5 (never an error: the bonus is extra credit)."""
-    state = bonus_state(module)
-    if state in BONUS_NOT_ATTEMPTED:
-        return f"Part 5: {BONUS_NOT_ATTEMPTED[state]} (extra credit only: Parts 1-4 are graded as usual)."
+def bonus_line(module, part=BONUS_PART):
+    """What check and submit say about a bonus part (never an error: the bonus is extra credit)."""
+    state, n = bonus_state(module, part), registry.number(part)
+    if state in NOT_ATTEMPTED:
+        return f"Part {n}: {not_attempted(state, part)} (extra credit only: {CORE_SPAN} are graded as usual)."
     if state == BONUS_INCOMPLETE:
-        return ("Part 5 (bonus): only its extra credit is at stake, but as it is it cannot be graded:\n"
-                + "\n".join("  - " + p for p in bonus_problems(module)))
-    return "Part 5 (bonus): PrefixCache and cached_prefill are defined."
+        return (f"Part {n} (bonus): only its extra credit is at stake, but as it is it cannot be graded:\n"
+                + "\n".join("  - " + p for p in bonus_problems(module, part)))
+    top = registry.top_names(part)
+    return f"Part {n} (bonus): {' and '.join(top)} {'are' if len(top) > 1 else 'is'} defined."
+
+
+def bonus_lines(module):
+    """bonus_line for every bonus part, in order."""
+    return "\n".join(bonus_line(module, part) for part in BONUS_PARTS)
 
 
 def _name_problems(module, functions, classes, moved):
@@ -274,7 +287,8 @@ def cmd_check(args):
         return 1
     if not args.quiet:
         print(f"{shown(Path(args.impl) / FILE)} imports and defines every name of the contract.")
-        print(bonus_line(module))
+        if BONUS_PARTS:
+            print(bonus_lines(module))
     return 0
 
 
@@ -335,15 +349,17 @@ def cmd_submit(args):
     print(f"{shown(path)} imports and defines every name of the contract.")
     try:
         module = load(args.impl)      # safe now: it imported in a separate Python
-        print(bonus_line(module))
+        if BONUS_PARTS:
+            print(bonus_lines(module))
     except ImplError:
         module = None
     print(f"Wrote {shown(out)}: exactly one file, {FILE}, copied from {shown(path)} ({path.stat().st_size:,} bytes). "
           "Upload it to Gradescope.")
     if before is not None and before != path.read_bytes():
         print(f"Note: {shown(out)} was there already, with another {FILE} ({len(before):,} bytes): it is replaced.")
-    attempted = module is not None and bonus_state(module) == BONUS_ATTEMPTED
-    left = [t for t in todos(path) if attempted or not t.startswith(_scenarios().BONUS_TODO)]
+    quiet = tuple(registry.todo_prefix(p) for p in BONUS_PARTS    # a bonus not attempted: its TODOs cost nothing
+                  if module is None or bonus_state(module, p) != BONUS_ATTEMPTED)
+    left = [t for t in todos(path) if not t.startswith(quiet)]
     if left:
         parts = sorted({t.split(":")[0].replace("TODO ", "") for t in left})
         which = "; ".join(left) if len(left) <= 3 else ", ".join(parts)

@@ -1,12 +1,16 @@
 """Machinery of the hidden suites.
 
-Each part's module declares PLANS (check id -> plan(rng) -> [Case]) and may declare JUDGES (check
-id -> judge(case, expected, got, ctx) -> message or None). Every case becomes one pytest item marked
-with its check. All cases of all checks of a part go to the sandbox in ONE call (the `batch` scenario),
-two parts at a time as soon as collection ends; if that call fails, each of its checks is called
-again on its own (and the sandbox calls such a check once more in a fresh worker if its worker dies
-or the machine starves it: sandbox.py). The reference answers the same calls here, in the trusted
-process. The submission's code never runs in this process.
+Each part's module (the part's test_file, tests/registry.py) declares PLANS (check id -> plan(rng) ->
+[Case]) and JUDGES (check id -> judge(case, expected, got, ctx) -> message or None), both with exactly
+the registry's checks of that part: a check without its judge, a judge without its check or a check
+the registry does not list fails collection (bind), and grade.py refuses such a grading (exit 3).
+There is no fallback judge: a check that wants the plain comparison names judges.generic_judge.
+Every case becomes one pytest item marked with its check. All cases of all checks of a part go to
+the sandbox in ONE call (the `batch` scenario), two parts at a time as soon as collection ends; if
+that call fails, each of its checks is called again on its own (and the sandbox calls such a check
+once more in a fresh worker if its worker dies or the machine starves it: sandbox.py). The
+reference answers the same calls here, in the trusted process. The submission's code never runs
+in this process.
 
 A call the machine failed twice ("grader_error") is judged as nothing: the case fails here, but
 grade.py then refuses the whole grading (exit 3, no results: regrade), so no score includes it.
@@ -28,15 +32,17 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import registry
 import scenarios
 from explain import hidden_feedback
 
 from grader import rubric
-from grader.hidden.compare import first_mismatch, ranges_for
+from grader.hidden.compare import ranges_for
 from grader.sandbox import DEFAULT_DEADLINE, Reply, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
@@ -64,20 +70,52 @@ def rng_for(seed, check_id):
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
+class BindingError(Exception):
+    """A hidden module whose plans and judges are not exactly its part's checks: the grader's own
+    bug, so collection fails and no grading is made with it."""
+
+
+def bind(module):
+    """{check id: (plan, judge)} of a hidden module, its PLANS and JUDGES matched to the registry's
+    checks of the part whose test file it is, by id. Anything else is a BindingError naming what is
+    extra or missing: a check graded without a judge of its own, or a judge left behind, would
+    otherwise pass silently (or charge another part's comparison)."""
+    name = Path(getattr(module, "__file__", "") or "").name
+    part = next((p for p in registry.PARTS if p.test_file == name), None)
+    if part is None:
+        raise BindingError(f"{name or module!r}: no part of tests/registry.py has this test file")
+    wanted = [c.id for c in registry.checks_of(part.id)]
+    problems = []
+    for what in ("PLANS", "JUDGES"):
+        table = getattr(module, what, None)
+        if not isinstance(table, dict):
+            problems.append(f"{what} is not a dict of check id -> function")
+            continue
+        extra = [c for c in table if c not in wanted]
+        missing = [c for c in wanted if c not in table]
+        if extra:
+            problems.append(f"{what} has {', '.join(map(str, extra))}, not a check of part {part.id} in the registry")
+        if missing:
+            problems.append(f"{what} lacks {', '.join(missing)}")
+        problems += [f"{what}[{c!r}] is not callable" for c in wanted if c in table and not callable(table[c])]
+    if problems:
+        raise BindingError(f"{name}: " + "; ".join(problems))
+    return {c: (module.PLANS[c], module.JUDGES[c]) for c in wanted}
+
+
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
-    plans = getattr(metafunc.module, "PLANS")
+    bound = bind(metafunc.module)       # before anything is left out: a broken module never loads
     seed = metafunc.config.getoption("--seed")
     params = []
     left_out = metafunc.config.getoption("--leave-out")
-    for check_id, plan in plans.items():
-        if check_id in rubric.SWITCHED_OFF or check_id.split(".")[0] in left_out:
+    for check_id, (plan, judge) in bound.items():
+        if check_id in rubric.SWITCHED_OFF or rubric.CHECKS[check_id].part in left_out:
             continue                    # a bonus part the course switched off, or one not attempted
-        assert check_id in rubric.CHECKS, f"{check_id} is not in the rubric"
         cases = plan(rng_for(seed, check_id))
         _all_plans(metafunc.config)[check_id] = cases
-        _all_judges(metafunc.config)[check_id] = getattr(metafunc.module, "JUDGES", {}).get(check_id, generic_judge)
+        _all_judges(metafunc.config)[check_id] = judge
         for i, case in enumerate(cases):
             params.append(pytest.param((check_id, i), id=f"{check_id}[{i}]", marks=pytest.mark.check(check_id)))
     metafunc.parametrize("case", params or [pytest.param(None, marks=pytest.mark.skip("nothing to grade here"))])
@@ -237,7 +275,7 @@ class Grading:
             pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
         part = rubric.CHECKS[check_id].part
         if reply.status != "ok":
-            why = _no_answer(reply, rubric.PARTS.index(part) + 1 if part in rubric.PARTS else 5)
+            why = _no_answer(reply, registry.number(part))
             return None, "  the run this check compares yours with (the same code, in a worker of its own) failed: " + why
         data = reply.data[index] if isinstance(reply.data, list) and len(reply.data) > index else None
         if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
@@ -255,8 +293,7 @@ class Grading:
         if reply.status == "raised" and reply.data:
             self.todo_parts[check_id] = reply.data.get("todo_part")
         if reply.status != "ok":
-            pytest.fail(_no_answer(reply, rubric.PARTS.index(rubric.CHECKS[check_id].part) + 1
-                                   if rubric.CHECKS[check_id].part in rubric.PARTS else 5), pytrace=False)
+            pytest.fail(_no_answer(reply, registry.number(rubric.CHECKS[check_id].part)), pytrace=False)
         data = reply.data
         if not isinstance(data, list) or len(data) != len(self.plans[check_id]):
             pytest.fail("the worker's answer has the wrong form (was the scenario code tampered with?)", pytrace=False)
@@ -318,7 +355,8 @@ def _unbuilt(got, part=None):
     if not (isinstance(got, dict) and set(got) == {"unbuilt", "kind"} and type(got["unbuilt"]) is str
             and got["unbuilt"] in scenarios.UNBUILT):
         return ""
-    what, owner = got["unbuilt"], rubric.PARTS[scenarios.UNBUILT[got["unbuilt"]] - 1]
+    what = got["unbuilt"]
+    owner = next(p.id for p in registry.PARTS if p.number == scenarios.UNBUILT[what])
     kind = got["kind"] if type(got["kind"]) is str and got["kind"] in KINDS else "an exception"
     if part == owner:
         return f"your {what}(...) raised {kind}: every case of this check starts with it"
@@ -367,7 +405,3 @@ def judge(request):
                         f"Read assignment.md, section \"{check.section}\".", pytrace=False)
     return run
 
-
-def generic_judge(case, expected, got, ctx=None):
-    found = first_mismatch(expected, got)
-    return f"  {found[0]}: {found[1]}" if found else None

@@ -27,6 +27,13 @@ def _wrong_form(what="answer"):
     return f"  the {what} has the wrong form (was the scenario code tampered with?)"
 
 
+def generic_judge(case, expected, got, ctx=None):
+    """The plain comparison with the reference: the first difference, with its path. Only for a check
+    that names it in its module's JUDGES (whatever it compares is then that check's to own)."""
+    found = first_mismatch(expected, got)
+    return f"  {found[0]}: {found[1]}" if found else None
+
+
 # ------------------------------------------------------------------------------------------ Part 1
 def pool_judge(case, expected, got, ctx=None):
     """Part 1's checks but lowest_free_first: the first call after which the submission's pool differs

@@ -7,7 +7,7 @@ checks compare the pool with every block named by its handle (rules.pool_view)."
 from scenarios import random_pool_ops
 
 from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, random_config
-from grader.hidden.judges import lowest_free_judge, pool_judge
+from grader.hidden.judges import generic_judge, lowest_free_judge, pool_judge
 
 
 def script(name, n_blocks, ops, cfg=None, block_size=4):
@@ -104,8 +104,16 @@ PLANS = {
     "allocator.copy_block": plan_copy_block,
     "allocator.random_ops": plan_random_ops,
 }
-JUDGES = {check: lowest_free_judge if check == "allocator.lowest_free_first" else pool_judge
-          for check in PLANS if check != "allocator.layout"}
+JUDGES = {
+    "allocator.layout": generic_judge,          # attributes, shape, dtype, zeros: the plain comparison
+    "allocator.lowest_free_first": lowest_free_judge,
+    "allocator.refcounts": pool_judge,
+    "allocator.peak_used": pool_judge,
+    "allocator.exhaustion": pool_judge,
+    "allocator.bad_ids": pool_judge,
+    "allocator.copy_block": pool_judge,
+    "allocator.random_ops": pool_judge,
+}
 
 
 def test_allocator(case, judge):

@@ -135,8 +135,16 @@ PLANS = {
     "copy_on_write.parallel_sampling": plan_parallel_sampling,
     "copy_on_write.beam_search": plan_beam_search,
 }
-JUDGES = {**dict.fromkeys(list(PLANS)[:6], sharing_judge),
-          "copy_on_write.parallel_sampling": sampling_judge, "copy_on_write.beam_search": beam_judge}
+JUDGES = {
+    "copy_on_write.fork": sharing_judge,
+    "copy_on_write.copy_when_needed": sharing_judge,
+    "copy_on_write.n_minus_1": sharing_judge,
+    "copy_on_write.copied_data": sharing_judge,
+    "copy_on_write.free": sharing_judge,
+    "copy_on_write.sharing_invariance": sharing_judge,
+    "copy_on_write.parallel_sampling": sampling_judge,
+    "copy_on_write.beam_search": beam_judge,
+}
 
 
 def test_copy_on_write(case, judge):

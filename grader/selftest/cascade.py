@@ -8,7 +8,10 @@ module also runs on its own for the public tests alone:
     python -m grader.selftest.cascade [--jobs 2] [--json PATH]     the public tests of every mutant
 
 Public tests run in a subprocess per implementation (pytest with --impl and a junit report), only
-on our own corpus: hostile submissions never run outside the sandbox.
+on our own corpus: hostile submissions never run outside the sandbox. For a correct implementation
+(the reference, a variant) a skipped public test counts as failed, but a bonus part's test skipped
+as "bonus not attempted": a probe that wrongly decides a correct file must wait for another part
+would otherwise hide the tests it skips.
 """
 import argparse
 import concurrent.futures
@@ -23,18 +26,25 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 TESTS = REPO / "tests"
 sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(REPO / "tools"))
+import labtool  # noqa: E402    tools/labtool.py: the reason a bonus part not attempted gives
 import registry  # noqa: E402    tests/registry.py: each part's public test file
 
 PUBLIC_FILES = {p.test_file[:-len(".py")]: p.id for p in registry.PARTS}      # module -> part
 PUBLIC_TIMEOUT = 900.0
+NOT_ATTEMPTED = {part: {labtool.not_attempted(state, part) for state in labtool.NOT_ATTEMPTED}
+                 for part in labtool.BONUS_PARTS}      # the only skips a correct implementation may have
 
 
-def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT):
+def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS):
     """{part: [names of failing public tests]} for the paged_kv.py in impl_dir; {"(run)": [why]} when
-    the public tests could not run at all."""
+    the public tests could not run at all. correct: impl_dir is a correct implementation, so a test
+    skipped for any reason but its bonus part's "bonus not attempted" is listed too, as "NAME
+    (skipped: REASON)". tests: the public tests' folder (a copy, for the selftest's own checks)."""
+    tests = Path(tests)
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", str(TESTS), "-c", str(TESTS / "pytest.ini"), f"--rootdir={TESTS}",
+        cmd = [sys.executable, "-m", "pytest", str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}",
                f"--impl={impl_dir}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
@@ -45,9 +55,14 @@ def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT):
             return {"(run)": [(proc.stdout + proc.stderr).strip()[-300:] or f"pytest exit {proc.returncode}"]}
         failed = {}
         for case in ET.parse(junit).getroot().iter("testcase"):
+            module = case.get("classname", "").split(".")[-1]
+            part = PUBLIC_FILES.get(module, module)
             if case.find("failure") is not None or case.find("error") is not None:
-                module = case.get("classname", "").split(".")[-1]
-                failed.setdefault(PUBLIC_FILES.get(module, module), []).append(case.get("name"))
+                failed.setdefault(part, []).append(case.get("name"))
+            elif correct and case.find("skipped") is not None:
+                reason = case.find("skipped").get("message", "")
+                if reason not in NOT_ATTEMPTED.get(part, ()):
+                    failed.setdefault(part, []).append(f"{case.get('name')} (skipped: {reason})")
         return failed
 
 

@@ -9,7 +9,7 @@ Each submission is built into a temp folder and graded by the grader's own comma
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
     not labelled with, nor, when it names its checks, in another check or public test; the reference
-    and every correct variant pass every public test;
+    and every correct variant pass every public test, none skipped but a bonus not attempted;
   * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
@@ -197,7 +197,7 @@ def grade(s, root):
         f.seek(max(0, log.stat().st_size - 4000))
         s.stderr = f.read().decode("utf-8", "replace")
     if s.kind in ("reference", "mutant", "variant"):      # our own corpus: safe to run outside the sandbox
-        s.public = cascade.public_failures(s.path.parent)
+        s.public = cascade.public_failures(s.path.parent, correct=s.kind in ("reference", "variant"))
     if s.exit not in (0, None):
         s.problems.append(f"the grader exited {s.exit}: {s.stderr.strip()[-600:]}")
     try:
