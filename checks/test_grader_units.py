@@ -400,7 +400,7 @@ def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
     got = scenarios.prefix_script(other, **case.inputs)
     assert expected["records"][0]["tables"] != got["records"][0]["tables"]
     assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
-    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "rows": 3}
+    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "computed": 3}
     for field in PART5_FIELDS:
         assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got,
                                                                          _ctx(other, case, expected, got)) is None
