@@ -527,15 +527,15 @@ def cache_references(tables, held, refcounts):
     return [r - h for r, h in zip(rc, holders)]
 
 
-def request_hits(rec):
-    """How many blocks a request took from the cache: how many of its lookup's hits its table starts
-    with (scenarios.shared_hits), what the cache decided, not how many rows of logits the step
-    returned (Part 2's). None when the record does not have a request's form."""
+def request_hits(rec, block_size):
+    """How many blocks a request took from the cache (scenarios.shared_hits): what the cache decided,
+    not how many rows of logits the step returned (Part 2's). None when the record does not have a
+    request's form."""
     result, tables = rec.get("result"), rec.get("tables")
     if not isinstance(result, dict) or not isinstance(result.get("hits"), list) or not isinstance(tables, list) \
             or not tables or not isinstance(tables[-1], list):
         return None
-    return sc.shared_hits(tables[-1], result["hits"])
+    return sc.shared_hits(tables[-1], result["hits"], len(rec["op"][1]), result.get("rows"), block_size)
 
 
 def _name_new_blocks(names, op, rec, before, block_size):
@@ -544,7 +544,7 @@ def _name_new_blocks(names, op, rec, before, block_size):
     if op[0] == "seq":
         new = list(enumerate(rec["tables"][s]))
     elif op[0] == "request":
-        h = request_hits(rec) or 0
+        h = request_hits(rec, block_size) or 0
         new = list(enumerate(rec["tables"][s]))[h:]
     else:
         new = []
@@ -563,7 +563,7 @@ def _named_result(op, rec, names, error, block_size):
         if not isinstance(result, dict) or not isinstance(result.get("hits"), list):
             raise ValueError("a request's result has the wrong form")
         return {"hits": [names.get(b, f"id {b}") for b in result["hits"]],
-                "computed": len(op[1]) - request_hits(rec) * block_size}
+                "computed": len(op[1]) - request_hits(rec, block_size) * block_size}
     if op[0] == "bad_prefill":
         return None
     if op[0] == "lookup":
@@ -582,10 +582,33 @@ def twin_requests(expected, got, block_size):
     out = []
     for n, (e, g) in enumerate(zip(expected["records"], got["records"])):
         if e["op"][0] == "request" and isinstance(g, dict) and g.get("error") is None:
-            h = request_hits(g)
+            h = request_hits(g, block_size)
             if h is not None:
                 out.append((n, h))
     return out
+
+
+def twin_pokes(result, n, h, block_size):
+    """The test's overwrites (a seed or None) of the first h hit blocks of request n, read from the
+    records of the run (the blocks each overwrite action targeted, the tables when they were made; a
+    block handed out anew since holds none): where the test wrote in this run, so that a copy a step
+    made (Part 4's) moves the overwrite with it. Raises ValueError on records of the wrong form."""
+    made, poked, held = {}, {}, set()
+    for rec in result["records"][:n]:
+        op, tables = rec["op"], rec["tables"]
+        new = []
+        if rec["error"] is None and op[0] in ("request", "seq"):
+            s = len(tables) - 1
+            made[s] = list(tables[s])
+            new = made[s][(request_hits(rec, block_size) or 0) if op[0] == "request" else 0:]
+        new += [b for b in rec["held"] if b not in held]
+        held = set(rec["held"])
+        for b in new:
+            poked.pop(b, None)
+        if rec["error"] is None and op[0] == "overwrite" and op[1] in made and 0 <= op[2] < len(made[op[1]]):
+            poked[made[op[1]][op[2]]] = op[3]
+    hits = result["records"][n]["result"]["hits"]
+    return [poked.get(b) for b in hits[:h]]
 
 
 def twin_chain(plan, tokens, h, block_size):

@@ -818,7 +818,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
 
     Sequences are numbered in the order they appear, requests and the test's own alike:
     ["request", tokens] (a new PagedSequence, then cache.lookup(tokens) and cached_prefill: result
-    {"hits": the lookup's ids, "logits"}), ["seq", tokens, seed] (the
+    {"hits": the lookup's ids, "rows": how many rows of logits, "logits"}), ["seq", tokens, seed] (the
     test takes ceil(len / B) blocks with pool.alloc and stores random K/V in them itself: no
     paged_step), ["insert", s] (cache.insert(s's tokens, s's table)), ["insert", s, n, table] (n
     tokens of s; table: entries k = s's k-th block, "freed" = a block the test took and gave back,
@@ -880,11 +880,11 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         logits = as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
         made = [as_int(b) for b in seq.blocks]
         seqs[-1]["made"] = made
-        h = shared_hits(made, hits)
+        h = shared_hits(made, hits, len(tokens), len(logits), B)
         chains[s] = chain(s, tokens, h)
         twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]], "chain": chains[s]} if twin else None)
         handed_out(made[h:], s, h)
-        return {"hits": hits, "logits": logits}
+        return {"hits": hits, "rows": len(logits), "logits": logits}
 
     def own(tokens, seed):
         blocks = []
@@ -964,12 +964,17 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     return {"records": records, "twins": twins}
 
 
-def shared_hits(table, hits):
-    """How many of a lookup's hits a request's table starts with: the blocks cached_prefill shared,
-    what the cache decided (the rest it computed), whatever rows of logits the step returned."""
+def shared_hits(table, hits, prompt_len, rows, block_size):
+    """How many of a lookup's hits cached_prefill shared, what the cache decided (the rest it computed):
+    as many as the request's table starts with, or, when that is fewer than the rows of logits say
+    (a step that copied the last of them: Part 4's copy-on-write), the rows' count, never more than
+    the hits. So neither the shape of the logits (Part 2's) nor a copy (Part 4's) decides it alone."""
     h = 0
     while h < min(len(table), len(hits)) and table[h] == hits[h]:
         h += 1
+    done = prompt_len - rows if type(rows) is int else -1
+    if 0 <= done and done % block_size == 0 and h < done // block_size <= len(hits):
+        return done // block_size
     return h
 
 

@@ -6,7 +6,7 @@ the blocks the cache holds (its own reference), n_cached, n_hit_tokens, errors a
 and the logits of a cached prefill against the same implementation's prefill without the cache.
 Every script runs on TINY; the tokens, block sizes, lengths and pool sizes are drawn per student.
 The keys, eviction and errors scripts never call paged_step except through cached_prefill."""
-from rules import twin_chain, twin_requests
+from rules import twin_chain, twin_pokes, twin_requests
 from scenarios import prefix_twin
 
 from grader.hidden.inputs import Case, pick
@@ -25,15 +25,14 @@ def prefix_case(name, actions, block_size, n_blocks=64, twin=False, param_seed=0
 def twin_calls(inputs, expected, got):
     """One scenarios.prefix_twin call per request of rules.twin_requests: as many hit blocks as the
     submission's table shares (its cache decides them), computed as the reference's run computed them
-    (rules.twin_chain) when it shared as many, overwritten where the reference's hits were (the test's
-    own seeds, never the submission's word), the prompts as the plan has them."""
+    (rules.twin_chain) when it shared as many, overwritten where this run's overwrite actions wrote
+    (the test's own seeds on the blocks they targeted: rules.twin_pokes), the prompts as the plan has
+    them."""
     B, calls = inputs["block_size"], []
     for n, h in twin_requests(expected, got, B):
-        plan = expected["twins"][n] or {}
-        pokes = (plan.get("pokes") or [])[:h]
-        chain = twin_chain(plan, expected["records"][n]["op"][1], h, B)
+        chain = twin_chain(expected["twins"][n] or {}, expected["records"][n]["op"][1], h, B)
         calls.append(prefix_twin(inputs["cfg"], inputs["param_seed"], inputs["n_blocks"], B, chain,
-                                 pokes + [None] * (h - len(pokes))))
+                                 twin_pokes(got, n, h, B)))
     return calls
 
 
