@@ -453,6 +453,21 @@ _PART5_WHAT = {
 }
 
 
+_TEST_POOL_CALLS = ("release", "hold", "hold_until", "unhold")
+
+
+def _part5_note(op, g):
+    """Where an error a Part 5 case shows is another part's to fix first: an action of the test's own
+    that calls only the pool (Part 1), or a request that fits the free blocks exactly once the cache
+    has evicted (Part 2's count of the blocks a step takes, Part 4's copy at a block boundary)."""
+    if op[0] in _TEST_POOL_CALLS and g.get("error") is not None:
+        return ("\n    (the test's own pool.alloc / pool.decref raised here, nothing of the cache's: Part 1's, fix it first)")
+    if op[0] == "request" and g.get("error") == "MemoryError":
+        return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly: your paged_step "
+                "must then take every one of them; Part 2's count and Part 4's copy-on-write decide that too)")
+    return ""
+
+
 def prefix_judge(fields, twin=False):
     """A judge for prefix_script cases comparing `fields` of rules.part5_view with the reference's, the
     cache holding one reference per cached block (when "cached" is compared) and, with twin=True,
@@ -486,7 +501,7 @@ def prefix_judge(fields, twin=False):
             for f in fields:
                 if f in e and e[f] != g.get(f):
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
-                            f"{_show_named(g.get(f))}")
+                            f"{_show_named(g.get(f))}" + (_part5_note(expected["records"][n]["op"], g) if f == "error" else ""))
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))
