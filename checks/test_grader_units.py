@@ -400,7 +400,7 @@ def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
     got = scenarios.prefix_script(other, **case.inputs)
     assert expected["records"][0]["tables"] != got["records"][0]["tables"]
     assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
-    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "rows": 3}
+    assert rules.part5_view(expected, 4)[1]["result"] == {"hits": ["0.0", "0.1"], "computed": 3}
     for field in PART5_FIELDS:
         assert prefix_judge(PART5_FIELDS[field], twin=field == "logits")(case, expected, got,
                                                                          _ctx(other, case, expected, got)) is None
@@ -432,6 +432,40 @@ def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submissio
         assert said and "3 4 5" not in said and "Tokens" not in said, said
     leak["records"][0]["tables"][0] = ["x"]
     assert "wrong form" in prefix_judge(PART5_FIELDS["hits"])(case, expected, leak)
+
+
+def _chain_case():
+    """Requests whose hit blocks were made by a request that itself hit (a chain), then an overwrite
+    of seq 1's block 2 (a hit it shares; a copy of it, where a step copies at a block boundary), on
+    block size 4."""
+    from grader.hidden.test_prefix_cache import prefix_case
+    A, q = list(range(3, 16)), [20, 21, 22, 23]
+    actions = [["request", A], ["request", A + q], ["request", A + q + [24]], ["request", A[:8] + [1, 2]],
+               ["overwrite", 1, 2, 5], ["request", A + q + [25]]]
+    return prefix_case("chain", actions, 4, n_blocks=16, twin=True)
+
+
+@pytest.mark.parametrize("bug", ["positions_mod_block", "no_causal_mask", "last_row_only", "cow_boundary_off"])
+def test_part5_judges_pass_a_bug_of_part_2_or_4_that_depends_on_chunks_or_rows(bug):
+    """Issue 14's cascade: a step that depends on how the prompt is cut into chunks, one that returns
+    only the last row, a copy at a block boundary are not the cache's: every Part 5 judge passes
+    them (the twin replays the requests that made the hit blocks; hits are read from the table). A
+    Part 5 bug on the same script still fails."""
+    import paged_kv as reference
+    import scenarios
+    from grader.hidden.judges import PART5_FIELDS, prefix_judge
+    from grader.selftest import mutants, unseen
+    case = _chain_case()
+    expected = scenarios.prefix_script(reference, **case.inputs)
+    other = _module(unseen.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
+    got = scenarios.prefix_script(other, **case.inputs)
+    for field in PART5_FIELDS:
+        judge = prefix_judge(PART5_FIELDS[field], twin=field == "logits")
+        assert judge(case, expected, got, _ctx(other, case, expected, got)) is None, field
+    wrong = _module(mutants.apply(mutants.BY_NAME["recompute_last_hit_token"]), "recompute_" + bug)
+    got = scenarios.prefix_script(wrong, **case.inputs)
+    assert prefix_judge(PART5_FIELDS["hits"])(case, expected, got) is not None
+    assert prefix_judge(PART5_FIELDS["logits"], twin=True)(case, expected, got, _ctx(wrong, case, expected, got))
 
 
 # ------------------------------------------------------------------------------ Part 1: which id

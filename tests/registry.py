@@ -114,9 +114,9 @@ _CHECKS = [
     ("copy_on_write", "beam_search", 3, "beam search: no leak, sharing never costs blocks, beams and savings within range",
      "束搜索：没有泄漏，共享从不多用块，束和节省量在范围内"),
 
-    ("prefix_cache", "hits", 2, "cached_prefill: the blocks it hits (named by what they were made for), rows computed, "
+    ("prefix_cache", "hits", 2, "cached_prefill: the blocks it hits (named by what they were made for), tokens computed, "
                                 "n_hit_tokens, the lookup cap",
-     "cached_prefill：命中的块（按来历称呼）、计算的行数、n_hit_tokens、lookup 的上限"),
+     "cached_prefill：命中的块（按来历称呼）、计算的 token 数、n_hit_tokens、lookup 的上限"),
     ("prefix_cache", "keys", 2, "lookup and insert: whole-prefix keys (a block after another prefix misses), insert's "
                                 "count, the blocks cached",
      "lookup 和 insert：以整个前缀为键（跟在别的前缀后面的块不命中）、insert 返回的块数、被缓存的块"),

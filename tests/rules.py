@@ -487,8 +487,9 @@ def part5_view(result, block_size):
     and where a step put its blocks (Part 2) change nothing; the names of the blocks the cache holds
     (a block's refcount minus the tables and the test holding it: the cache's own reference);
     n_cached, n_hit_tokens; and for an action that raised, whether it changed anything.
-    A request's result: the names of the blocks its lookup returned and how many rows of logits it
-    computed. Raises ValueError when the records do not have the scenario's form."""
+    A request's result: the names of the blocks its lookup returned and how many of the prompt's tokens
+    it computed (its length minus the hit blocks its table shares: what the cache decided, not the
+    shape of the logits paged_step returned). Raises ValueError when the records do not have the scenario's form."""
     names, view, before = {}, [], None
     for n, rec in enumerate(result["records"]):
         op, error = rec["op"], rec["error"]
@@ -497,7 +498,7 @@ def part5_view(result, block_size):
             _name_new_blocks(names, op, rec, before, block_size)
         for b in held:
             names.setdefault(b, "held")
-        row = {"error": error_kind(error), "result": _named_result(op, rec["result"], names, error),
+        row = {"error": error_kind(error), "result": _named_result(op, rec, names, error, block_size),
                "n_cached": rec["n_cached"], "n_hit_tokens": rec["n_hit_tokens"]}
         refs = cache_references(tables, held, rec["refcounts"])
         row["cached"] = sorted(names.get(b, f"id {b}") for b, r in enumerate(refs) if r == 1)
@@ -526,13 +527,15 @@ def cache_references(tables, held, refcounts):
     return [r - h for r, h in zip(rc, holders)]
 
 
-def request_hits(op, result, block_size):
-    """How many blocks a request took from the cache, from the logits rows it returned: None when the
-    rows are not the prompt's length minus whole blocks."""
-    if not isinstance(result, dict) or type(result.get("rows")) is not int:
+def request_hits(rec, block_size):
+    """How many blocks a request took from the cache (scenarios.shared_hits): what the cache decided,
+    not how many rows of logits the step returned (Part 2's). None when the record does not have a
+    request's form."""
+    result, tables = rec.get("result"), rec.get("tables")
+    if not isinstance(result, dict) or not isinstance(result.get("hits"), list) or not isinstance(tables, list) \
+            or not tables or not isinstance(tables[-1], list):
         return None
-    done = len(op[1]) - result["rows"]
-    return done // block_size if done % block_size == 0 and 0 <= done <= len(op[1]) else None
+    return sc.shared_hits(tables[-1], result["hits"], len(rec["op"][1]), result.get("rows"), block_size)
 
 
 def _name_new_blocks(names, op, rec, before, block_size):
@@ -541,7 +544,7 @@ def _name_new_blocks(names, op, rec, before, block_size):
     if op[0] == "seq":
         new = list(enumerate(rec["tables"][s]))
     elif op[0] == "request":
-        h = request_hits(op, rec["result"], block_size) or 0
+        h = request_hits(rec, block_size) or 0
         new = list(enumerate(rec["tables"][s]))[h:]
     else:
         new = []
@@ -552,13 +555,15 @@ def _name_new_blocks(names, op, rec, before, block_size):
             names[b] = "held"
 
 
-def _named_result(op, result, names, error):
+def _named_result(op, rec, names, error, block_size):
+    result = rec["result"]
     if error is not None:
         return None
     if op[0] == "request":
         if not isinstance(result, dict) or not isinstance(result.get("hits"), list):
             raise ValueError("a request's result has the wrong form")
-        return {"hits": [names.get(b, f"id {b}") for b in result["hits"]], "rows": result["rows"]}
+        return {"hits": [names.get(b, f"id {b}") for b in result["hits"]],
+                "computed": len(op[1]) - request_hits(rec, block_size) * block_size}
     if op[0] == "bad_prefill":
         return None
     if op[0] == "lookup":
@@ -572,22 +577,54 @@ def _named_result(op, result, names, error):
 
 def twin_requests(expected, got, block_size):
     """[(n, h)]: the requests of a prefix script that get a twin, those that succeeded in the
-    submission's run (got) and whose rows say they hit h whole blocks, with the plan's actions
+    submission's run (got), with the h hit blocks its table shares (request_hits), the plan's actions
     (expected: the reference's run of the same script)."""
     out = []
     for n, (e, g) in enumerate(zip(expected["records"], got["records"])):
         if e["op"][0] == "request" and isinstance(g, dict) and g.get("error") is None:
-            h = request_hits(e["op"], g.get("result"), block_size)
+            h = request_hits(g, block_size)
             if h is not None:
                 out.append((n, h))
     return out
+
+
+def twin_pokes(result, n, h, block_size):
+    """The test's overwrites (a seed or None) of the first h hit blocks of request n, read from the
+    records of the run (the blocks each overwrite action targeted, the tables when they were made; a
+    block handed out anew since holds none): where the test wrote in this run, so that a copy a step
+    made (Part 4's) moves the overwrite with it. Raises ValueError on records of the wrong form."""
+    made, poked, held = {}, {}, set()
+    for rec in result["records"][:n]:
+        op, tables = rec["op"], rec["tables"]
+        new = []
+        if rec["error"] is None and op[0] in ("request", "seq"):
+            s = len(tables) - 1
+            made[s] = list(tables[s])
+            new = made[s][(request_hits(rec, block_size) or 0) if op[0] == "request" else 0:]
+        new += [b for b in rec["held"] if b not in held]
+        held = set(rec["held"])
+        for b in new:
+            poked.pop(b, None)
+        if rec["error"] is None and op[0] == "overwrite" and op[1] in made and 0 <= op[2] < len(made[op[1]]):
+            poked[made[op[1]][op[2]]] = op[3]
+    hits = result["records"][n]["result"]["hits"]
+    return [poked.get(b) for b in hits[:h]]
+
+
+def twin_chain(plan, tokens, h, block_size):
+    """The chain of a request's twin (scenarios.prefix_twin): the reference's (plan: its twins entry,
+    the test's own run) when the submission shared as many hit blocks, else the h hit blocks' tokens
+    as one chunk, then the rest."""
+    if isinstance(plan, dict) and plan.get("h") == h and plan.get("chain"):
+        return plan["chain"]
+    return [[list(tokens), 0]] if not h else [[list(tokens[:h * block_size]), 0], [list(tokens), h]]
 
 
 def twin_difference(rec, twin):
     """A request's logits (its record) vs its twin's (rules.step_twin: the same prompt without the
     cache, by the same implementation, in a call of its own): a sentence, or None when they agree."""
     if twin is None:
-        return "its rows of logits are not the prompt's length minus whole blocks, so nothing can be compared"
+        return "the prefill without the cache gave an answer of the wrong form, so nothing can be compared"
     if twin["error"] is not None:
         return f"without the cache, your paged_step raised {_twin_kind(twin['error'])} on the same prompt (fix Part 2 first)"
     got = rec["result"].get("logits") if isinstance(rec["result"], dict) else None

@@ -354,9 +354,9 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     default n = 1, of seq i in storage: later logits must read them), ["alloc"] (the test takes a block; result: its handle),
     ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
     block, as a used pool's storage holds; setup only), ["share", i] (the test takes one
-    more reference to seq i's last block, so writing into it must copy it), ["mirror", i] (a new
-    sequence sharing seq i's blocks: the test sets its blocks and length and increfs each block, as a
-    fork would), ["fit", idx, chunks] /
+    more reference to seq i's last block, so writing into it must copy it), ["mirror", i, n?] (a new
+    sequence sharing seq i's blocks, its first n full blocks when n is given: the test sets its blocks
+    and length and increfs each block, as a fork or a cache hit would), ["fit", idx, chunks] /
     ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
     more, counted by the contract's rule on the state observed now, then runs the step).
     A script that shares blocks also returns "copy_probe" (copy_runs).
@@ -393,13 +393,16 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
                 raise
             raise _Unfinished() from None
 
-    def mirror(i):
-        """What fork does, done by the test through the contract's attributes (blocks, length) and
-        pool.incref, so that Part 2's step is tested on shared blocks without Part 4's fork."""
+    def mirror(i, n=None):
+        """What fork (or, with n, a cache hit of n blocks) does, done by the test through the contract's
+        attributes (blocks, length) and pool.incref, so that Part 2's step is tested on shared blocks
+        without Part 4's fork or Part 5's cache."""
         j = new()
-        for b in seqs[i].blocks:
+        blocks = list(seqs[i].blocks) if n is None else list(seqs[i].blocks)[:n]
+        for b in blocks:
             pool.incref(b)
-        seqs[j].blocks, seqs[j].length = list(seqs[i].blocks), seqs[i].length
+        seqs[j].blocks = blocks
+        seqs[j].length = seqs[i].length if n is None else n * pool.block_size
         return j
 
     def poke(i, pos, seed, n=1):
@@ -810,12 +813,12 @@ def bonus_stub(pk, part=None):
 def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions=(), twin=True):
     """Part 5's scripts: requests prefilled through one PrefixCache, sequences the test builds itself,
     and the cache's own calls. Returns {"records": one per action, "twins": per action, what a
-    request's twin needs (prefix_twin: {"h": hit blocks, "pokes": the test's overwrite seed or None
-    per hit block}), or None}.
+    request's twin needs (prefix_twin: {"h": the hit blocks it shares, "pokes": the test's overwrite
+    seed or None per hit block, "chain": the prompts that computed its hit blocks}), or None}.
 
     Sequences are numbered in the order they appear, requests and the test's own alike:
     ["request", tokens] (a new PagedSequence, then cache.lookup(tokens) and cached_prefill: result
-    {"hits": the lookup's ids, "rows": how many logits rows, "logits"}), ["seq", tokens, seed] (the
+    {"hits": the lookup's ids, "rows": how many rows of logits, "logits"}), ["seq", tokens, seed] (the
     test takes ceil(len / B) blocks with pool.alloc and stores random K/V in them itself: no
     paged_step), ["insert", s] (cache.insert(s's tokens, s's table)), ["insert", s, n, table] (n
     tokens of s; table: entries k = s's k-th block, "freed" = a block the test took and gave back,
@@ -830,8 +833,11 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
     and n_hit_tokens.
 
-    The twin of a request that returned h * B fewer rows than tokens (prefix_twin) is the same prompt
-    prefilled without the cache, a call of its own (in the grader: another worker), never run here.
+    The twin of a request whose table starts with h of its hits (prefix_twin) is the same prompt
+    prefilled without the cache, a call of its own (in the grader: another worker), never run here. Its
+    chain replays how the hit blocks were computed: the request that made the last hit block, itself
+    on the hit blocks it shared (its own chain), so that a step that depends on how a prompt is cut
+    into chunks (Part 2's bug) computes the same K/V on both sides.
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
@@ -842,26 +848,42 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     pool = new_pool(pk, cfg, n_blocks, block_size)
     cache = pk.PrefixCache(pool)
     seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
+    maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain
 
     def table(s):
         return list(s["obj"].blocks) if "obj" in s else s["blocks"]
 
-    def handed_out(blocks):
-        for b in blocks:
+    def handed_out(blocks, s=None, first=0):
+        for i, b in enumerate(blocks, start=first):
             poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
+            maker.pop(as_int(b), None)
+            if s is not None:
+                maker[as_int(b)] = (s, i)
+
+    def chain(s, tokens, h):
+        """[[prompt, h], ...]: the requests that computed the first h blocks of `tokens`, first made first,
+        then this one; a prefix the test stored itself (or out of reach) is one chunk of its tokens."""
+        m, i = maker.get(hits_of[s][h - 1], (None, None)) if h else (None, None)
+        if not h:
+            return [[list(tokens), 0]]
+        if m in chains and m != s and i == h - 1 and seqs[m]["tokens"][:h * B] == list(tokens[:h * B]):
+            return chains[m] + [[list(tokens), h]]
+        return [[list(tokens[:h * B]), 0], [list(tokens), h]]
 
     def request(tokens):
         seq = build("PagedSequence", pk.PagedSequence, pool)
         seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
         found, _ = attempt(cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
         hits = [as_int(b) for b in found] if isinstance(found, list) else []
+        s = len(seqs) - 1
+        hits_of[s] = hits
         logits = as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
         made = [as_int(b) for b in seq.blocks]
         seqs[-1]["made"] = made
-        done = len(tokens) - len(logits)
-        h = done // B if done % B == 0 and 0 <= done <= len(tokens) else None
-        twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]]} if twin and h is not None else None)
-        handed_out(made[h or 0:])
+        h = shared_hits(made, hits, len(tokens), len(logits), B)
+        chains[s] = chain(s, tokens, h)
+        twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]], "chain": chains[s]} if twin else None)
+        handed_out(made[h:], s, h)
         return {"hits": hits, "rows": len(logits), "logits": logits}
 
     def own(tokens, seed):
@@ -873,7 +895,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
             for b in blocks:
                 pool.decref(b)
             raise
-        handed_out(blocks)
+        handed_out(blocks, len(seqs))
         put_kv(pool, blocks, 0, len(tokens), seed)
         seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
 
@@ -942,6 +964,20 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     return {"records": records, "twins": twins}
 
 
+def shared_hits(table, hits, prompt_len, rows, block_size):
+    """How many of a lookup's hits cached_prefill shared, what the cache decided (the rest it computed):
+    as many as the request's table starts with, or, when that is fewer than the rows of logits say
+    (a step that copied the last of them: Part 4's copy-on-write), the rows' count, never more than
+    the hits. So neither the shape of the logits (Part 2's) nor a copy (Part 4's) decides it alone."""
+    h = 0
+    while h < min(len(table), len(hits)) and table[h] == hits[h]:
+        h += 1
+    done = prompt_len - rows if type(rows) is int else -1
+    if 0 <= done and done % block_size == 0 and h < done // block_size <= len(hits):
+        return done // block_size
+    return h
+
+
 def _spec_block(pool, seqs, table, entry):
     """A block id for an insert whose table the test makes (see prefix_script)."""
     if entry == "freed":
@@ -953,16 +989,22 @@ def _spec_block(pool, seqs, table, entry):
     return {"past": pool.n_blocks, "neg": -1}.get(entry, table[entry] if isinstance(entry, int) else entry)
 
 
-def prefix_twin(cfg, param_seed, n_blocks, block_size, tokens, h, pokes):
+def prefix_twin(cfg, param_seed, n_blocks, block_size, chain, pokes):
     """The twin of a request: the same prompt without the cache, as a step_script call (Part 2's kind:
-    the implementation cannot tell it from one) on a pool of its own: h blocks' worth of tokens
-    first, the test's overwrites of the hit blocks (pokes: a seed or None per hit), then the rest.
-    The request's logits must equal the last step's."""
+    the implementation cannot tell it from one) on a pool of its own. chain (prefix_script's): the
+    first prompt stepped whole, then each next one on a sequence sharing the previous one's first h
+    blocks (["mirror"]: what a cache hit does, done by the test) stepped from there, as the cached run
+    computed them; before the last step the test's overwrites of the hit blocks (pokes: a seed or None
+    per hit). The request's logits must equal the last step's."""
     B = block_size
-    actions = [["new"]] + ([["step", [0], [list(tokens[:h * B])]]] if h else [])
-    actions += [["poke", 0, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
-    actions += [["step", [0], [list(tokens[h * B:])]]]
-    return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + len(tokens) // B + 2,
+    actions = [["new"], ["step", [0], [list(chain[0][0])]]]
+    for j, (tokens, h) in enumerate(chain[1:], start=1):
+        actions.append(["mirror", j - 1, h])
+        if j == len(chain) - 1:
+            actions += [["poke", j, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
+        actions.append(["step", [j], [list(tokens[h * B:])]])
+    room = sum(len(t) // B + 2 for t, _ in chain)
+    return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + room,
                             "block_size": B, "actions": actions}]
 
 

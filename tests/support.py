@@ -462,7 +462,7 @@ def _prefix_twin(pk, plan, rec, n_blocks, block_size):
     prefilled without the cache."""
     if plan is None:
         return None
-    scenario, inputs = sc.prefix_twin(None, 0, n_blocks, block_size, rec["op"][1], plan["h"], plan["pokes"])
+    scenario, inputs = sc.prefix_twin(None, 0, n_blocks, block_size, plan["chain"], plan["pokes"])
     return rules.step_twin(sc.SCENARIOS[scenario](pk, **inputs))
 
 

@@ -35,8 +35,8 @@ T1 = [9]                              # one more token, so a lookup is not cappe
 
 def test_the_first_request_caches_its_full_blocks(pk):
     view = run_prefix(pk, [["request", A], ["release", 0]], B, section=SECTION)
-    check("request 0: hits and rows of logits (13 tokens, nothing cached yet: all computed)",
-          {"hits": [], "rows": 13}, view[0]["result"])
+    check("request 0: hits and tokens computed (13 tokens, nothing cached yet: all computed)",
+          {"hits": [], "computed": 13}, view[0]["result"])
     check("blocks the cache holds after request 0 (its 3 full blocks; the 4th, partly filled, is not cached)",
           ["0.0", "0.1", "0.2"], view[0]["cached"])
     check("n_cached, n_hit_tokens", (3, 0), (view[0]["n_cached"], view[0]["n_hit_tokens"]))
@@ -48,7 +48,7 @@ def test_a_second_request_reuses_the_shared_prefix(pk):
     """B = A's first 8 tokens + 5 of its own: blocks 0 and 1 hit; its block 2 (A's 8 tokens and 4 of
     its own) is a new key, cached from B's table."""
     view = run_prefix(pk, [["request", A], ["request", A[:8] + tokens(5, 51)]], B, section=SECTION, twin=True)
-    check("request 1: hits and rows of logits", {"hits": ["0.0", "0.1"], "rows": 5}, view[1]["result"])
+    check("request 1: hits and tokens computed", {"hits": ["0.0", "0.1"], "computed": 5}, view[1]["result"])
     check("n_hit_tokens", 8, view[1]["n_hit_tokens"])
     check("blocks the cache holds", ["0.0", "0.1", "0.2", "1.2"], view[1]["cached"])
 
@@ -66,8 +66,8 @@ def test_lookup_leaves_at_least_one_token(pk, n, hits):
 def test_a_prompt_cached_whole_recomputes_its_last_block(pk):
     prompt = tokens(12, 55)
     view = run_prefix(pk, [["request", prompt], ["request", prompt]], B, section=SECTION, twin=True)
-    check("request 1 (the same 12 tokens): hits and rows (block 2 is recomputed, into a block of its own)",
-          {"hits": ["0.0", "0.1"], "rows": 4}, view[1]["result"])
+    check("request 1 (the same 12 tokens): hits and tokens computed (block 2 is recomputed, into a block of its own)",
+          {"hits": ["0.0", "0.1"], "computed": 4}, view[1]["result"])
     check("blocks the cache holds (block 2's key is cached already: request 1's copy is not)",
           ["0.0", "0.1", "0.2"], view[1]["cached"])
 
@@ -218,7 +218,7 @@ def test_cached_prefill_evicts_only_the_shortfall(pk, L, left):
     blocks; 3 are free, the rest is evicted, least recently used first, never the hit."""
     prompt = A[:4] + tokens(L - 4, 63)
     view = run_prefix(pk, exhaustion_setup() + [["request", prompt]], B, n_blocks=10, section=SECTION, twin=True)
-    check(f"request 1 ({L} tokens): hits and rows", {"hits": ["0.0"], "rows": L - 4}, view[3]["result"])
+    check(f"request 1 ({L} tokens): hits and tokens computed", {"hits": ["0.0"], "computed": L - 4}, view[3]["result"])
     check("blocks the cache holds after it (what is left of request 0's, then request 1's full blocks)",
           ["0.0"] + left + [f"1.{i}" for i in range(1, L // 4)], view[3]["cached"])
 
@@ -229,7 +229,7 @@ def test_a_hit_is_never_evicted_even_the_oldest(pk):
     actions = [["request", A], ["request", tokens(9, 65)], ["release", 0], ["release", 1], ["hold_until", 2],
                ["request", A[:4] + tokens(17, 66)]]
     view = run_prefix(pk, actions, B, n_blocks=14, section=SECTION, twin=True)
-    check("request 2: hits and rows", {"hits": ["0.0"], "rows": 17}, view[5]["result"])
+    check("request 2: hits and tokens computed", {"hits": ["0.0"], "computed": 17}, view[5]["result"])
     check("blocks the cache holds after it", ["0.0", "1.0", "2.1", "2.2", "2.3", "2.4"], view[5]["cached"])
 
 
@@ -277,4 +277,4 @@ def test_cached_logits_equal_your_own_prefill_without_the_cache(pk):
     actions = [["request", S + [1, 2]], ["request", S + [3, 4, 5, 6, 7]], ["request", S + [1, 2, 8, 9, 10, 11]],
                ["release", 0], ["release", 1], ["overwrite", 0, 0, 7], ["overwrite", 0, 1, 8], ["request", S + [5]]]
     view = run_prefix(pk, actions, B, section=SECTION, twin=True)
-    check("request 3: hits and rows", {"hits": ["0.0", "0.1"], "rows": 3}, view[7]["result"])
+    check("request 3: hits and tokens computed", {"hits": ["0.0", "0.1"], "computed": 3}, view[7]["result"])

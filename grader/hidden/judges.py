@@ -432,8 +432,8 @@ def _show_named(value, theirs=True):
     """A value of rules.part5_view (names the judge made from ints, ints, None, True/False): the
     submission's (theirs) validated like any of its values, the reference's as they are."""
     if isinstance(value, dict):
-        rows = their(value.get("rows"), "length") if theirs else ours(value.get("rows"))
-        return "hits " + _show_named(value.get("hits"), theirs) + f", {rows} rows of logits"
+        done = their(value.get("computed"), "length") if theirs else ours(value.get("computed"))
+        return "hits " + _show_named(value.get("hits"), theirs) + f", {done} tokens computed"
     if isinstance(value, list):
         if theirs:
             return their_list(value, item=_show_named)
@@ -451,6 +451,21 @@ _PART5_WHAT = {
     "n_hit_tokens": "n_hit_tokens",
     "unchanged": "a call that raised must change nothing (tables, refcounts, n_cached, n_hit_tokens)",
 }
+
+
+_TEST_POOL_CALLS = ("release", "hold", "hold_until", "unhold")
+
+
+def _part5_note(op, g):
+    """Where an error a Part 5 case shows is another part's to fix first: an action of the test's own
+    that calls only the pool (Part 1), or a request that fits the free blocks exactly once the cache
+    has evicted (Part 2's count of the blocks a step takes, Part 4's copy at a block boundary)."""
+    if op[0] in _TEST_POOL_CALLS and g.get("error") is not None:
+        return ("\n    (the test's own pool.alloc / pool.decref raised here, nothing of the cache's: Part 1's, fix it first)")
+    if op[0] == "request" and g.get("error") == "MemoryError":
+        return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly: your paged_step "
+                "must then take every one of them; Part 2's count and Part 4's copy-on-write decide that too)")
+    return ""
 
 
 def prefix_judge(fields, twin=False):
@@ -486,7 +501,7 @@ def prefix_judge(fields, twin=False):
             for f in fields:
                 if f in e and e[f] != g.get(f):
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
-                            f"{_show_named(g.get(f))}")
+                            f"{_show_named(g.get(f))}" + (_part5_note(expected["records"][n]["op"], g) if f == "error" else ""))
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))

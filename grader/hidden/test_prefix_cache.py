@@ -6,10 +6,10 @@ the blocks the cache holds (its own reference), n_cached, n_hit_tokens, errors a
 and the logits of a cached prefill against the same implementation's prefill without the cache.
 Every script runs on TINY; the tokens, block sizes, lengths and pool sizes are drawn per student.
 The keys, eviction and errors scripts never call paged_step except through cached_prefill."""
-from rules import twin_requests
+from rules import twin_chain, twin_pokes, twin_requests
 from scenarios import prefix_twin
 
-from grader.hidden.inputs import Case, pick, tokens
+from grader.hidden.inputs import Case, pick
 from grader.hidden.judges import PART5_FIELDS, prefix_judge
 
 VOCAB = 256          # TINY's
@@ -24,14 +24,22 @@ def prefix_case(name, actions, block_size, n_blocks=64, twin=False, param_seed=0
 
 def twin_calls(inputs, expected, got):
     """One scenarios.prefix_twin call per request of rules.twin_requests: as many hit blocks as the
-    submission's rows of logits say (its own Parts 1-4 decide them), overwritten where the reference's
-    hits were (the test's own seeds, never the submission's word), the prompt as the plan has it."""
+    submission's table shares (its cache decides them), computed as the reference's run computed them
+    (rules.twin_chain) when it shared as many, overwritten where this run's overwrite actions wrote
+    (the test's own seeds on the blocks they targeted: rules.twin_pokes), the prompts as the plan has
+    them."""
     B, calls = inputs["block_size"], []
     for n, h in twin_requests(expected, got, B):
-        pokes = ((expected["twins"][n] or {}).get("pokes") or [])[:h]
-        calls.append(prefix_twin(inputs["cfg"], inputs["param_seed"], inputs["n_blocks"], B,
-                                 expected["records"][n]["op"][1], h, pokes + [None] * (h - len(pokes))))
+        chain = twin_chain(expected["twins"][n] or {}, expected["records"][n]["op"][1], h, B)
+        calls.append(prefix_twin(inputs["cfg"], inputs["param_seed"], inputs["n_blocks"], B, chain,
+                                 twin_pokes(got, n, h, B)))
     return calls
+
+
+def tokens(rng, n):
+    """n token ids from 1 to VOCAB - 1: every id is valid, but the cache's cases are not about which ids
+    paged_step accepts (Part 2's, tested there), so id 0, the one a bound check gets wrong, is left out."""
+    return [int(t) for t in rng.integers(1, VOCAB, n)]
 
 
 def seed(rng):
@@ -42,7 +50,7 @@ def other(rng, first, n):
     """n tokens whose first differs from `first`: a question that leaves a shared prompt at once."""
     out = tokens(rng, n)
     if out and out[0] == first:
-        out[0] = (first + 1) % VOCAB
+        out[0] = first % (VOCAB - 1) + 1
     return out
 
 
