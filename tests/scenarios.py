@@ -84,6 +84,22 @@ def new_pool(pk, cfg, n_blocks, block_size):
     return build("BlockPool", pk.BlockPool, cfg, n_blocks, block_size)
 
 
+def working_pool(pk, cfg, n_blocks, block_size):
+    """A pool for Parts 2 and 4 (and the drivers): new_pool, with its storage replaced by the test's
+    float64 zeros of the contract's shape when it is not float64 (a float32 pool cannot hold the
+    test's K/V or give float64 logits). The storage's dtype is Part 1's, charged by its own check
+    (pool_layout), so it does not also cost every step and copy-on-write case."""
+    pool = new_pool(pk, cfg, n_blocks, block_size)
+    shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
+    for name in ("k", "v"):
+        try:
+            if np.asarray(getattr(pool, name)).dtype != np.float64:
+                setattr(pool, name, np.zeros(shape))
+        except Exception:  # noqa: BLE001  (a storage the test cannot read or replace stays as it is)
+            pass
+    return pool
+
+
 def as_int(x):
     """Plain int from an implementation's integer (Python or numpy); anything else is a type name."""
     if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
@@ -281,18 +297,19 @@ def gathered_kv(seq):
     return {"k": as_array(np.asarray(pool.k)[:, blocks, pos % B]), "v": as_array(np.asarray(pool.v)[:, blocks, pos % B])}
 
 
-def put_kv(pool, table, start, n, seed):
+def put_kv(pool, table, start, n, seed, lo=0, hi=None):
     """What a step stores, put there by the test: random K and V for positions start..start+n-1 in
-    every layer, at pool.k[layer, table[p // B], p % B]. False when the table is too short."""
-    B = pool.block_size
-    if len(table) * B < start + n:
+    every layer, at pool.k[layer, table[p // B], p % B]; only the lo..hi-1-th of them when given (a
+    grow stored in pieces: the same values). False when the table is too short."""
+    B, hi = pool.block_size, n if hi is None else hi
+    if len(table) * B < start + hi:
         return False
     cfg = pool.cfg
     k, v = np.random.default_rng(seed).standard_normal((2, cfg.n_layers, n, cfg.n_heads, cfg.d_head))
-    pos = np.arange(start, start + n)
+    pos = np.arange(start + lo, start + hi)
     blocks = np.array([int(b) for b in table], dtype=np.int64)[pos // B]
-    pool.k[:, blocks, pos % B] = k
-    pool.v[:, blocks, pos % B] = v
+    pool.k[:, blocks, pos % B] = k[:, lo:hi]
+    pool.v[:, blocks, pos % B] = v[:, lo:hi]
     return True
 
 
@@ -369,7 +386,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
             break
         setup.append(action)
     order = alloc_order(pk, cfg, n_blocks, block_size, setup)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     seqs, held = [], []
 
     def new():
@@ -463,8 +480,9 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
     storage through its table after each action. Returns {"records", "copy_probe"}.
 
-    actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), then the
-    test stores random K/V for the n new positions through the table and sets length += n: a step's
+    actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), a block at a
+    time, or for a new sequence the test's own blocks; the test stores random K/V for the n new positions
+    through the table and sets length += n: a step's
     storage without paged_step, so these scripts judge sharing on data the test itself put there),
     ["step", idx, chunks] (paged_step).
     A script of new, fork, free and step is also compared with its twin without sharing: a step_script
@@ -472,7 +490,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     seqs, records = [], []
 
     def new():
@@ -484,12 +502,21 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         return len(seqs) - 1
 
     def grow(i, n, seed):
-        seq = seqs[i]
-        seq.reserve(n)
-        start = as_int(seq.length)
-        if not put_kv(pool, [as_int(b) for b in seq.blocks], start, n, seed):
-            raise IndexError("after reserve, the table has too few blocks for the new positions")
-        seq.length = start + n
+        """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
+        `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
+        any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
+        sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
+        block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
+        seq, B, done, first = seqs[i], pool.block_size, 0, as_int(seqs[i].length)
+        if first == 0 and not list(seq.blocks):
+            seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
+        while done < n:
+            piece = min(n - done, B)
+            seq.reserve(piece)
+            if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
+                raise IndexError("after reserve, the table has too few blocks for the new positions")
+            seq.length = first + done + piece
+            done += piece
 
     def step(idx, chunks):
         return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])]
@@ -741,7 +768,7 @@ def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=
     """parallel_sample on a fresh pool: the samples and the pool watched after every step. With
     choose_seed, the test picks the tokens (_chosen): the samples then say nothing of the logits."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     samples, stats, watched = _drive(pk, "parallel_sample", pool, _chosen(cfg.vocab, choose_seed),
                                      params=params(cfg, param_seed), cfg=cfg,
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
@@ -754,7 +781,7 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
     choose_seed, the test picks every beam's log-probabilities (_chosen), so which beams survive, fork
     and die does not depend on the logits."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     out, stats, watched = _drive(pk, "beam_search", pool, _chosen(cfg.vocab, choose_seed),
                                  params=params(cfg, param_seed), cfg=cfg,
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
