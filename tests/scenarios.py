@@ -85,7 +85,7 @@ def new_pool(pk, cfg, n_blocks, block_size):
 
 
 def working_pool(pk, cfg, n_blocks, block_size):
-    """A pool for Parts 2 and 4 (and the drivers): new_pool, with its storage replaced by the test's
+    """A pool for Parts 2, 4 and 5 (and the drivers): new_pool, with its storage replaced by the test's
     float64 zeros of the contract's shape when it is not float64 (a float32 pool cannot hold the
     test's K/V or give float64 logits). The storage's dtype is Part 1's, charged by its own check
     (pool_layout), so it does not also cost every step and copy-on-write case."""
@@ -866,7 +866,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     stub = bonus_stub(pk)
     if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
         raise stub
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)      # as its twin's (a step_script) storage
     cache = pk.PrefixCache(pool)
     seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
 
