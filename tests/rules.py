@@ -397,6 +397,20 @@ def copy_note(probe):
     return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
 
 
+def refcount_note(probe):
+    """What a failing Part 4 check adds when pool.incref, decref or refcount (Part 1's, through which
+    fork, free and the rules are judged) did not do what the contract says on a pool of its own
+    (scenarios.refcount_probe); "" when they did."""
+    if probe is None:
+        return ""
+    if not isinstance(probe, dict) or probe.get("call") not in sc.REFCOUNT_CALLS or \
+            set(probe) not in ({"call", "error"}, {"call", "wrong"}):
+        return "Note: pool.incref, decref or refcount failed on a pool of its own (Part 1): fix Part 1 first."
+    what = f"raised {their(probe['error'], 'kind')}" if "error" in probe else "gave a wrong count"
+    return (f"Note: on a pool of its own, your pool.{probe['call']} {what} on a block alloc handed out (Part 1): "
+            "fork, free and copy-on-write are judged through incref, decref and refcount: fix Part 1 first.")
+
+
 def free_as_zero(refcounts):
     """Refcounts as Part 4 reads them: a refcount() that raises ValueError for a block counts it as
     free (0); whether refcount() of a free block answers 0 is Part 1's business."""

@@ -361,6 +361,33 @@ def copy_probe(pk, cfg=None):
     return result if error is None else {"error": error["kind"]}
 
 
+REFCOUNT_CALLS = ("refcount", "incref", "decref")
+
+
+def refcount_probe(pk, cfg=None):
+    """What incref, decref and refcount do on every block of a pool of its own that alloc handed out
+    (refcount 1, 2, 3, 2, 1): None when they do what the contract says, else the first call that
+    raised ({"call", "error": kind}) or whose count was wrong ({"call", "wrong": True}). Part 4 is
+    judged through them (fork increfs, free decrefs, the rules read refcounts), so a failing Part 4
+    check names Part 1 when they do not work."""
+    cfg = config(cfg)
+    pool = new_pool(pk, cfg, 4, 2)
+    current = ["alloc"]
+
+    def run():
+        for b in [pool.alloc() for _ in range(4)]:
+            for call, want in ((None, 1), ("incref", 2), ("incref", 3), ("decref", 2), ("decref", 1)):
+                if call:
+                    current[0] = call
+                    getattr(pool, call)(b)
+                current[0] = "refcount"
+                if as_int(pool.refcount(b)) != want:
+                    return {"call": call or "refcount", "wrong": True}
+        return None
+    result, error = attempt(run)
+    return result if error is None else {"call": current[0], "error": error["kind"]}
+
+
 def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False):
     """Part 2's scripts: sequences advanced by paged_step, reserve, write and read, on a pool the test
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
@@ -527,7 +554,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
                         **seq_state(seqs), "refcounts": [observe(pool.refcount, b) for b in range(pool.n_blocks)]})
-    return {"records": records, "copy_probe": copy_probe(pk, cfg)}
+    return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg)}
 
 
 def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
@@ -773,7 +800,8 @@ def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=
                                      params=params(cfg, param_seed), cfg=cfg,
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
                                      temperature=temperature, seed=seed)
-    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
+    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
+            "refcount_probe": refcount_probe(pk, cfg)}
 
 
 def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None):
@@ -786,7 +814,8 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
                                  params=params(cfg, param_seed), cfg=cfg,
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
     return {"scores": [float(s) for s, _ in out], "tokens": [list(t) for _, t in out],
-            "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
+            "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
+            "refcount_probe": refcount_probe(pk, cfg)}
 
 
 # ------------------------------------------------------------------------ Part 5 (bonus) scenario

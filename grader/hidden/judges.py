@@ -12,8 +12,10 @@ copy_block or paged_step that raises), it fails, and its message names the part 
 twin (the same implementation without sharing, without the cache) is the case's second run, from a
 worker of its own (`ctx.second`).
 """
+import functools
+
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (append_violation, copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from rules import (append_violation, copy_note, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -113,6 +115,7 @@ PART2_FIELDS = {            # what each Part 2 check compares, besides errors an
 }
 
 
+NEEDS_INCREF = "this check needs a pool.incref (Part 1) that runs: fix Part 1 first"
 NEEDS_COPY = "it needs a pool.copy_block (Part 1) that runs: fix Part 1 first"
 
 
@@ -143,6 +146,8 @@ def part2_judge(fields):
                 message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
                 raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
+                if rec["op"][0] in ("share", "mirror") and got["records"][n - 1]["error"] is not None:
+                    needed = f"the test's own pool.incref on a block your pool handed out raised: {NEEDS_INCREF}"
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
@@ -204,8 +209,19 @@ def sharing_judge(case, expected, got, ctx):
     if appended:        # the dependency named; the verdict stays a failure
         message += (f"\n  (without sharing too, {appended}: a step may only store its own new positions and advance "
                     "the length by its chunk (Part 2), or it overwrites blocks that forks share: fix Part 2 first)")
-    note = copy_note(got.get("copy_probe"))
-    return f"{message}\n  {note}" if message and note else message
+    notes = [n for n in (copy_note(got.get("copy_probe")), refcount_note(got.get("refcount_probe"))) if n]
+    return "\n  ".join([message, *notes]) if message else message
+
+
+def _with_refcount_note(judge):
+    """A driver's judge whose failure says, when so, that pool.incref, decref or refcount do not work
+    (rules.refcount_note): the drivers' pool is judged through them."""
+    @functools.wraps(judge)
+    def judged(case, expected, got, ctx=None):
+        message = judge(case, expected, got, ctx)
+        note = refcount_note(got.get("refcount_probe")) if message and isinstance(got, dict) else ""
+        return f"{message}\n  {note}" if note else message
+    return judged
 
 
 _TWIN_SAID = ("sharing changed the logits", "K/V without sharing")     # what a twin's difference says
@@ -359,6 +375,9 @@ def beam_judge(case, expected, got, ctx=None):
     if not _same_lengths(expected, got):
         return None
     return _savings_off(expected, got)
+
+
+sampling_judge, beam_judge = _with_refcount_note(sampling_judge), _with_refcount_note(beam_judge)
 
 
 # ------------------------------------------------------------------------------------------ Part 3
