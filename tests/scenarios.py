@@ -361,6 +361,31 @@ def copy_probe(pk, cfg=None):
     return result if error is None else {"error": error["kind"]}
 
 
+def capacity_probe(pk, cfg=None):
+    """Whether n_free says what alloc hands out, on a pool of 5 blocks of its own: before and after
+    each alloc until alloc raises MemoryError, and after a decref of one block of the full pool.
+    None when it does; "n_free" when not; the error's kind when a call raised otherwise. A Part 2
+    step counts its blocks on n_free, so a step that ran out names Part 1 when this is not None."""
+    cfg = config(cfg)
+    pool = new_pool(pk, cfg, 5, 2)
+
+    def run():
+        got = []
+        for _ in range(6):
+            if as_int(pool.n_free) != 5 - len(got):
+                return "n_free"
+            try:
+                got.append(pool.alloc())
+            except MemoryError:
+                break
+        if len(got) != 5:
+            return "n_free"
+        pool.decref(got[-1])
+        return None if as_int(pool.n_free) == 1 else "n_free"
+    result, error = attempt(run)
+    return result if error is None else error["kind"]
+
+
 REFCOUNT_CALLS = ("refcount", "incref", "decref")
 
 
@@ -475,7 +500,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if record_kv:
             rec["kv"] = [gathered_kv(s) for s in seqs]
         records.append(rec)
-    out = {"order": order, "records": records}
+    out = {"order": order, "records": records, "capacity_probe": capacity_probe(pk, cfg)}
     if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
         out["copy_probe"] = copy_runs(pk, cfg)
     return out

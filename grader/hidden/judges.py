@@ -115,7 +115,7 @@ PART2_FIELDS = {            # what each Part 2 check compares, besides errors an
 }
 
 
-NEEDS_INCREF = "this check needs a pool.incref (Part 1) that runs: fix Part 1 first"
+NEEDS_POOL = "this check needs a pool that does what Part 1 says: fix Part 1 first"
 NEEDS_COPY = "it needs a pool.copy_block (Part 1) that runs: fix Part 1 first"
 
 
@@ -146,11 +146,28 @@ def part2_judge(fields):
                 message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
                 raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
-                if rec["op"][0] in ("share", "mirror") and got["records"][n - 1]["error"] is not None:
-                    needed = f"the test's own pool.incref on a block your pool handed out raised: {NEEDS_INCREF}"
+                needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"))
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
+
+
+_TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref"}
+
+
+def _pool_needed(rec, raw, capacity):
+    """What to add when the test's own pool call raised (Part 1's: the test takes, gives back or shares a
+    block), or when a step ran out of blocks while pool.n_free does not say what alloc hands out on a
+    pool of its own (scenarios.capacity_probe: a step counts on n_free); "" otherwise."""
+    if raw["error"] is None:
+        return ""
+    if rec["op"][0] in _TEST_CALLS:
+        return f"the test's own {_TEST_CALLS[rec['op'][0]]} raised: {NEEDS_POOL}"
+    if rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError" \
+            and capacity is not None:
+        return ("this call ran out of blocks, and on a pool of its own your pool.n_free does not say what alloc "
+                f"hands out: {NEEDS_POOL}")
+    return ""
 
 
 def _ran_out_copying(rec, e, g):
