@@ -222,22 +222,30 @@ def sharing_judge(case, expected, got, ctx):
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, ctx.second)
-    appended = append_violation(ctx.second[0]) if message and any(said in message for said in _TWIN_SAID) else None
+    twin_said = message and any(said in message for said in _TWIN_SAID)
+    appended = append_violation(ctx.second[0], case.inputs["block_size"]) if twin_said else None
     if appended:        # the dependency named; the verdict stays a failure
         message += (f"\n  (without sharing too, {appended}: a step may only store its own new positions and advance "
-                    "the length by its chunk (Part 2), or it overwrites blocks that forks share: fix Part 2 first)")
+                    "the length by its chunk, taking a block only when a position needs one (Part 2), or it overwrites blocks "
+                    "that forks share: fix Part 2 first)")
     notes = [n for n in (copy_note(got.get("copy_probe")), refcount_note(got.get("refcount_probe"))) if n]
     return "\n  ".join([message, *notes]) if message else message
 
 
-def _with_refcount_note(judge):
+def _with_notes(judge):
     """A driver's judge whose failure says, when so, that pool.incref, decref or refcount do not work
-    (rules.refcount_note): the drivers' pool is judged through them."""
+    (rules.refcount_note: the drivers' pool is judged through them), or that a table held more blocks
+    than its length needs (Part 2's: copy-on-write looks at the last block)."""
     @functools.wraps(judge)
     def judged(case, expected, got, ctx=None):
         message = judge(case, expected, got, ctx)
-        note = refcount_note(got.get("refcount_probe")) if message and isinstance(got, dict) else ""
-        return f"{message}\n  {note}" if note else message
+        if not message or not _steps_ok(got):
+            return message
+        notes = [refcount_note(got.get("refcount_probe"))]
+        B = case.inputs["block_size"]
+        if any(type(n) is int and len(t) > -(-n // B) for s in got["steps"] for t, n in zip(s["tables"], s["lengths"])):
+            notes.append(f"(a table held more blocks than its length needs: {NEEDS_EXACT})")
+        return "\n  ".join([message, *[n for n in notes if n]])
     return judged
 
 
@@ -320,6 +328,7 @@ def _savings_off(expected, got):
 
 
 NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
+NEEDS_EXACT = "a step or reserve takes a block only when a position needs one (Part 2): fix Part 2 first"
 
 
 def _same_lengths(expected, got):
@@ -394,7 +403,7 @@ def beam_judge(case, expected, got, ctx=None):
     return _savings_off(expected, got)
 
 
-sampling_judge, beam_judge = _with_refcount_note(sampling_judge), _with_refcount_note(beam_judge)
+sampling_judge, beam_judge = _with_notes(sampling_judge), _with_notes(beam_judge)
 
 
 # ------------------------------------------------------------------------------------------ Part 3
