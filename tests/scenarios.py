@@ -500,7 +500,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if record_kv:
             rec["kv"] = [gathered_kv(s) for s in seqs]
         records.append(rec)
-    out = {"order": order, "records": records, "capacity_probe": capacity_probe(pk, cfg)}
+    out = {"order": order, "records": records, "capacity_probe": capacity_probe(pk, cfg),
+           "refcount_probe": refcount_probe(pk, cfg)}
     if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
         out["copy_probe"] = copy_runs(pk, cfg)
     return out

@@ -146,7 +146,8 @@ def part2_judge(fields):
                 message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
                 raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
-                needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"))
+                needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"),
+                                                got.get("refcount_probe"))
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
@@ -155,12 +156,16 @@ def part2_judge(fields):
 _TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref"}
 
 
-def _pool_needed(rec, raw, capacity):
+def _pool_needed(rec, raw, capacity, refcounts=None):
     """What to add when the test's own pool call raised (Part 1's: the test takes, gives back or shares a
-    block), or when a step ran out of blocks while pool.n_free does not say what alloc hands out on a
-    pool of its own (scenarios.capacity_probe: a step counts on n_free); "" otherwise."""
+    block), when a step ran out of blocks while pool.n_free does not say what alloc hands out on a
+    pool of its own (scenarios.capacity_probe: a step counts on n_free), or when a call raised while
+    incref, decref or refcount do not work there (scenarios.refcount_probe); "" otherwise."""
     if raw["error"] is None:
         return ""
+    if rec["error"] is None and refcounts is not None and rec["op"][0] not in _TEST_CALLS:
+        return ("this call raised, and on a pool of its own your pool.incref, decref or refcount does not do what "
+                f"the contract says: {NEEDS_POOL}")
     if rec["op"][0] in _TEST_CALLS:
         return f"the test's own {_TEST_CALLS[rec['op'][0]]} raised: {NEEDS_POOL}"
     if rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError" \
