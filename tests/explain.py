@@ -255,7 +255,8 @@ def first_difference(expected, got, tol, twin=False):
 
 
 _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are its arguments
-    "grow": "seq {0}.reserve({1}), then the test stores K/V for the {1} new positions and sets length += {1}",
+    "grow": "seq {0}.reserve({1}) (at most a block at a time; a new sequence gets the test's blocks), then the "
+            "test stores K/V for the {1} new positions and sets length += {1}",
     "share": "the test takes one more reference to seq {0}'s last block (pool.incref)",
     "mirror": "the test makes a new sequence sharing seq {0}'s blocks (as fork would)",
     "poke": "the test overwrites position {1} of seq {0} in pool storage",

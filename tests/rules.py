@@ -397,6 +397,20 @@ def copy_note(probe):
     return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
 
 
+def refcount_note(probe):
+    """What a failing Part 4 check adds when pool.incref, decref or refcount (Part 1's, through which
+    fork, free and the rules are judged) did not do what the contract says on a pool of its own
+    (scenarios.refcount_probe); "" when they did."""
+    if probe is None:
+        return ""
+    if not isinstance(probe, dict) or probe.get("call") not in sc.REFCOUNT_CALLS or \
+            set(probe) not in ({"call", "error"}, {"call", "wrong"}):
+        return "Note: pool.incref, decref or refcount failed on a pool of its own (Part 1): fix Part 1 first."
+    what = f"raised {their(probe['error'], 'kind')}" if "error" in probe else "gave a wrong count"
+    return (f"Note: on a pool of its own, your pool.{probe['call']} {what} on a block alloc handed out (Part 1): "
+            "fork, free and copy-on-write are judged through incref, decref and refcount: fix Part 1 first.")
+
+
 def free_as_zero(refcounts):
     """Refcounts as Part 4 reads them: a refcount() that raises ValueError for a block counts it as
     free (0); whether refcount() of a free block answers 0 is Part 1's business."""
@@ -662,11 +676,13 @@ def step_twin(reply):
     return {"result": None if error is not None else out[0], "error": error}
 
 
-def append_violation(reply):
+def append_violation(reply, block_size=None):
     """What a twin without sharing (the answer of a scenarios.sharing_twin call) shows of a step that
     does more than append, as a sentence, or None. Nothing is shared or freed there, so each step may
     only store its own new positions and advance its sequences' lengths by their chunks: a step that
-    does otherwise is Part 2's bug, and it breaks sharing too (it writes into blocks forks share)."""
+    does otherwise is Part 2's bug, and it breaks sharing too (it writes into blocks forks share). With
+    block_size, also a step that leaves a table more blocks than its length needs: copy-on-write looks
+    at the last block, so a spare one there leaves the block being written unchecked."""
     records, seen, lengths = _step_records(reply), {}, []
     for rec in records or []:
         now = rec.get("lengths") if isinstance(rec.get("lengths"), list) else []
@@ -675,6 +691,10 @@ def append_violation(reply):
             for i, chunk in zip(op[1], op[2]):
                 if type(i) is int and 0 <= i < min(len(now), len(lengths)) and now[i] != lengths[i] + len(chunk):
                     return "a step did not advance its sequence's length by its chunk"
+            tables = rec.get("tables") if isinstance(rec.get("tables"), list) else []
+            if type(block_size) is int and any(isinstance(t, list) and type(n) is int and len(t) > -(-n // block_size)
+                                               for t, n in zip(tables, now)):
+                return "a step left a table more blocks than its length needs"
         lengths = now
         for j, kv in enumerate(rec.get("kv") if isinstance(rec.get("kv"), list) else []):
             k = kv.get("k") if isinstance(kv, dict) else None

@@ -84,6 +84,22 @@ def new_pool(pk, cfg, n_blocks, block_size):
     return build("BlockPool", pk.BlockPool, cfg, n_blocks, block_size)
 
 
+def working_pool(pk, cfg, n_blocks, block_size):
+    """A pool for Parts 2, 4 and 5 (and the drivers): new_pool, with its storage replaced by the test's
+    float64 zeros of the contract's shape when it is not float64 (a float32 pool cannot hold the
+    test's K/V or give float64 logits). The storage's dtype is Part 1's, charged by its own check
+    (pool_layout), so it does not also cost every step and copy-on-write case."""
+    pool = new_pool(pk, cfg, n_blocks, block_size)
+    shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
+    for name in ("k", "v"):
+        try:
+            if np.asarray(getattr(pool, name)).dtype != np.float64:
+                setattr(pool, name, np.zeros(shape))
+        except Exception:  # noqa: BLE001  (a storage the test cannot read or replace stays as it is)
+            pass
+    return pool
+
+
 def as_int(x):
     """Plain int from an implementation's integer (Python or numpy); anything else is a type name."""
     if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
@@ -281,18 +297,19 @@ def gathered_kv(seq):
     return {"k": as_array(np.asarray(pool.k)[:, blocks, pos % B]), "v": as_array(np.asarray(pool.v)[:, blocks, pos % B])}
 
 
-def put_kv(pool, table, start, n, seed):
+def put_kv(pool, table, start, n, seed, lo=0, hi=None):
     """What a step stores, put there by the test: random K and V for positions start..start+n-1 in
-    every layer, at pool.k[layer, table[p // B], p % B]. False when the table is too short."""
-    B = pool.block_size
-    if len(table) * B < start + n:
+    every layer, at pool.k[layer, table[p // B], p % B]; only the lo..hi-1-th of them when given (a
+    grow stored in pieces: the same values). False when the table is too short."""
+    B, hi = pool.block_size, n if hi is None else hi
+    if len(table) * B < start + hi:
         return False
     cfg = pool.cfg
     k, v = np.random.default_rng(seed).standard_normal((2, cfg.n_layers, n, cfg.n_heads, cfg.d_head))
-    pos = np.arange(start, start + n)
+    pos = np.arange(start + lo, start + hi)
     blocks = np.array([int(b) for b in table], dtype=np.int64)[pos // B]
-    pool.k[:, blocks, pos % B] = k
-    pool.v[:, blocks, pos % B] = v
+    pool.k[:, blocks, pos % B] = k[:, lo:hi]
+    pool.v[:, blocks, pos % B] = v[:, lo:hi]
     return True
 
 
@@ -344,6 +361,58 @@ def copy_probe(pk, cfg=None):
     return result if error is None else {"error": error["kind"]}
 
 
+def capacity_probe(pk, cfg=None):
+    """Whether n_free says what alloc hands out, on a pool of 5 blocks of its own: before and after
+    each alloc until alloc raises MemoryError, and after a decref of one block of the full pool.
+    None when it does; "n_free" when not; the error's kind when a call raised otherwise. A Part 2
+    step counts its blocks on n_free, so a step that ran out names Part 1 when this is not None."""
+    cfg = config(cfg)
+    pool = new_pool(pk, cfg, 5, 2)
+
+    def run():
+        got = []
+        for _ in range(6):
+            if as_int(pool.n_free) != 5 - len(got):
+                return "n_free"
+            try:
+                got.append(pool.alloc())
+            except MemoryError:
+                break
+        if len(got) != 5:
+            return "n_free"
+        pool.decref(got[-1])
+        return None if as_int(pool.n_free) == 1 else "n_free"
+    result, error = attempt(run)
+    return result if error is None else error["kind"]
+
+
+REFCOUNT_CALLS = ("refcount", "incref", "decref")
+
+
+def refcount_probe(pk, cfg=None):
+    """What incref, decref and refcount do on every block of a pool of its own that alloc handed out
+    (refcount 1, 2, 3, 2, 1): None when they do what the contract says, else the first call that
+    raised ({"call", "error": kind}) or whose count was wrong ({"call", "wrong": True}). Part 4 is
+    judged through them (fork increfs, free decrefs, the rules read refcounts), so a failing Part 4
+    check names Part 1 when they do not work."""
+    cfg = config(cfg)
+    pool = new_pool(pk, cfg, 4, 2)
+    current = ["alloc"]
+
+    def run():
+        for b in [pool.alloc() for _ in range(4)]:
+            for call, want in ((None, 1), ("incref", 2), ("incref", 3), ("decref", 2), ("decref", 1)):
+                if call:
+                    current[0] = call
+                    getattr(pool, call)(b)
+                current[0] = "refcount"
+                if as_int(pool.refcount(b)) != want:
+                    return {"call": call or "refcount", "wrong": True}
+        return None
+    result, error = attempt(run)
+    return result if error is None else {"call": current[0], "error": error["kind"]}
+
+
 def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False):
     """Part 2's scripts: sequences advanced by paged_step, reserve, write and read, on a pool the test
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
@@ -369,7 +438,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
             break
         setup.append(action)
     order = alloc_order(pk, cfg, n_blocks, block_size, setup)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     seqs, held = [], []
 
     def new():
@@ -434,7 +503,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if record_kv:
             rec["kv"] = [gathered_kv(s) for s in seqs]
         records.append(rec)
-    out = {"order": order, "records": records}
+    out = {"order": order, "records": records, "capacity_probe": capacity_probe(pk, cfg),
+           "refcount_probe": refcount_probe(pk, cfg)}
     if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
         out["copy_probe"] = copy_runs(pk, cfg)
     return out
@@ -466,8 +536,9 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
     storage through its table after each action. Returns {"records", "copy_probe"}.
 
-    actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), then the
-    test stores random K/V for the n new positions through the table and sets length += n: a step's
+    actions: ["new"], ["fork", i], ["free", i], ["reserve", i, n], ["grow", i, n, seed] (reserve(n), a block at a
+    time, or for a new sequence the test's own blocks; the test stores random K/V for the n new positions
+    through the table and sets length += n: a step's
     storage without paged_step, so these scripts judge sharing on data the test itself put there),
     ["step", idx, chunks] (paged_step).
     A script of new, fork, free and step is also compared with its twin without sharing: a step_script
@@ -475,7 +546,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     seqs, records = [], []
 
     def new():
@@ -487,12 +558,21 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         return len(seqs) - 1
 
     def grow(i, n, seed):
-        seq = seqs[i]
-        seq.reserve(n)
-        start = as_int(seq.length)
-        if not put_kv(pool, [as_int(b) for b in seq.blocks], start, n, seed):
-            raise IndexError("after reserve, the table has too few blocks for the new positions")
-        seq.length = start + n
+        """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
+        `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
+        any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
+        sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
+        block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
+        seq, B, done, first = seqs[i], pool.block_size, 0, as_int(seqs[i].length)
+        if first == 0 and not list(seq.blocks):
+            seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
+        while done < n:
+            piece = min(n - done, B)
+            seq.reserve(piece)
+            if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
+                raise IndexError("after reserve, the table has too few blocks for the new positions")
+            seq.length = first + done + piece
+            done += piece
 
     def step(idx, chunks):
         return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])]
@@ -503,7 +583,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
                         **seq_state(seqs), "refcounts": [observe(pool.refcount, b) for b in range(pool.n_blocks)]})
-    return {"records": records, "copy_probe": copy_probe(pk, cfg)}
+    return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg)}
 
 
 def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
@@ -744,12 +824,13 @@ def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=
     """parallel_sample on a fresh pool: the samples and the pool watched after every step. With
     choose_seed, the test picks the tokens (_chosen): the samples then say nothing of the logits."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     samples, stats, watched = _drive(pk, "parallel_sample", pool, _chosen(cfg.vocab, choose_seed),
                                      params=params(cfg, param_seed), cfg=cfg,
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
                                      temperature=temperature, seed=seed)
-    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
+    return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
+            "refcount_probe": refcount_probe(pk, cfg)}
 
 
 def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None):
@@ -757,12 +838,13 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
     choose_seed, the test picks every beam's log-probabilities (_chosen), so which beams survive, fork
     and die does not depend on the logits."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)
     out, stats, watched = _drive(pk, "beam_search", pool, _chosen(cfg.vocab, choose_seed),
                                  params=params(cfg, param_seed), cfg=cfg,
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
     return {"scores": [float(s) for s, _ in out], "tokens": [list(t) for _, t in out],
-            "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched}
+            "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
+            "refcount_probe": refcount_probe(pk, cfg)}
 
 
 # ------------------------------------------------------------------------ Part 5 (bonus) scenario
@@ -845,7 +927,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     stub = bonus_stub(pk)
     if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
         raise stub
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size)      # as its twin's (a step_script) storage
     cache = pk.PrefixCache(pool)
     seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
     maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain

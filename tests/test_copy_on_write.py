@@ -2,8 +2,10 @@
 
 Every script is checked by the contract's rules for fork, free and copy-on-write on the tables and
 refcounts your pool shows (rules.py): which ids the allocator picks and the pool's counters are
-Part 1's, and are never compared here. Most scripts "grow" sequences without paged_step: reserve(n),
-then the test stores K/V for the n new positions through the table itself and sets length += n, so
+Part 1's, and are never compared here. Most scripts "grow" sequences without paged_step: reserve, a
+block at a time (a new sequence's first blocks the test takes with pool.alloc: how many blocks a
+chunk needs is Part 2's), then the test stores K/V for the n new positions through the table itself
+and sets length += n, so
 every sequence must read back exactly what the test stored, through copies, forks and frees. The
 scripts with paged_step compare sharing with the same script without it."""
 import numpy as np

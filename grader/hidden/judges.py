@@ -12,8 +12,10 @@ copy_block or paged_step that raises), it fails, and its message names the part 
 twin (the same implementation without sharing, without the cache) is the case's second run, from a
 worker of its own (`ctx.second`).
 """
+import functools
+
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (append_violation, copy_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from rules import (append_violation, copy_note, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -113,6 +115,7 @@ PART2_FIELDS = {            # what each Part 2 check compares, besides errors an
 }
 
 
+NEEDS_POOL = "this check needs a pool that does what Part 1 says: fix Part 1 first"
 NEEDS_COPY = "it needs a pool.copy_block (Part 1) that runs: fix Part 1 first"
 
 
@@ -143,9 +146,33 @@ def part2_judge(fields):
                 message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
                 raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
+                needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"),
+                                                got.get("refcount_probe"))
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
+
+
+_TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref"}
+
+
+def _pool_needed(rec, raw, capacity, refcounts=None):
+    """What to add when the test's own pool call raised (Part 1's: the test takes, gives back or shares a
+    block), when a step ran out of blocks while pool.n_free does not say what alloc hands out on a
+    pool of its own (scenarios.capacity_probe: a step counts on n_free), or when a call raised while
+    incref, decref or refcount do not work there (scenarios.refcount_probe); "" otherwise."""
+    if raw["error"] is None:
+        return ""
+    if rec["error"] is None and refcounts is not None and rec["op"][0] not in _TEST_CALLS:
+        return ("this call raised, and on a pool of its own your pool.incref, decref or refcount does not do what "
+                f"the contract says: {NEEDS_POOL}")
+    if rec["op"][0] in _TEST_CALLS:
+        return f"the test's own {_TEST_CALLS[rec['op'][0]]} raised: {NEEDS_POOL}"
+    if rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError" \
+            and capacity is not None:
+        return ("this call ran out of blocks, and on a pool of its own your pool.n_free does not say what alloc "
+                f"hands out: {NEEDS_POOL}")
+    return ""
 
 
 def _ran_out_copying(rec, e, g):
@@ -200,12 +227,31 @@ def sharing_judge(case, expected, got, ctx):
     if any(g["op"] != e["op"] for g, e in zip(got["records"], expected["records"])):
         return _wrong_form()            # the actions are said from the submission's records: they must be the script's
     message = _sharing_message(case, expected, got, ctx.second)
-    appended = append_violation(ctx.second[0]) if message and any(said in message for said in _TWIN_SAID) else None
+    twin_said = message and any(said in message for said in _TWIN_SAID)
+    appended = append_violation(ctx.second[0], case.inputs["block_size"]) if twin_said else None
     if appended:        # the dependency named; the verdict stays a failure
         message += (f"\n  (without sharing too, {appended}: a step may only store its own new positions and advance "
-                    "the length by its chunk (Part 2), or it overwrites blocks that forks share: fix Part 2 first)")
-    note = copy_note(got.get("copy_probe"))
-    return f"{message}\n  {note}" if message and note else message
+                    "the length by its chunk, taking a block only when a position needs one (Part 2), or it overwrites blocks "
+                    "that forks share: fix Part 2 first)")
+    notes = [n for n in (copy_note(got.get("copy_probe")), refcount_note(got.get("refcount_probe"))) if n]
+    return "\n  ".join([message, *notes]) if message else message
+
+
+def _with_notes(judge):
+    """A driver's judge whose failure says, when so, that pool.incref, decref or refcount do not work
+    (rules.refcount_note: the drivers' pool is judged through them), or that a table held more blocks
+    than its length needs (Part 2's: copy-on-write looks at the last block)."""
+    @functools.wraps(judge)
+    def judged(case, expected, got, ctx=None):
+        message = judge(case, expected, got, ctx)
+        if not message or not _steps_ok(got):
+            return message
+        notes = [refcount_note(got.get("refcount_probe"))]
+        B = case.inputs["block_size"]
+        if any(type(n) is int and len(t) > -(-n // B) for s in got["steps"] for t, n in zip(s["tables"], s["lengths"])):
+            notes.append(f"(a table held more blocks than its length needs: {NEEDS_EXACT})")
+        return "\n  ".join([message, *[n for n in notes if n]])
+    return judged
 
 
 _TWIN_SAID = ("sharing changed the logits", "K/V without sharing")     # what a twin's difference says
@@ -287,25 +333,16 @@ def _savings_off(expected, got):
 
 
 NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
-
-
-def _uneven_lengths(steps):
-    """The drivers advance every live sequence together from one prompt, so after each step all have one
-    length; forks that differ break Part 4's fork (same length as the parent), whatever Part 2's
-    lengths are. A sentence, or None."""
-    for t, s in enumerate(steps):
-        if len(set(map(repr, s["lengths"]))) > 1:
-            return (f"  after step {their(t, 'count')}, the live sequences have lengths "
-                    f"{their_list(s['lengths'], 'length')}: they all advance together from one prompt, so a fork "
-                    "must give its child its parent's length")
-    return None
+NEEDS_EXACT = "a step or reserve takes a block only when a position needs one (Part 2): fix Part 2 first"
 
 
 def _same_lengths(expected, got):
     """Whether every step left the sequences the reference's lengths. The blocks a step takes follow
     from the lengths, which are Part 2's (paged_step sets them, reserve counts from them): with other
     lengths the peak and the savings cannot be the reference's, so only the rules on the pool's own
-    tables and refcounts (sharing, copies, leaks) judge the case, not a difference Part 2 made."""
+    tables and refcounts (sharing, copies, leaks) judge the case, not a difference Part 2 made. Nor
+    are lengths that differ between live sequences a fork's: a step that advances only some of its
+    batch makes them too, and fork's length is judged where the test forks (sharing_script)."""
     return [s.get("lengths") for s in got["steps"]] == [s["lengths"] for s in expected["steps"]]
 
 
@@ -336,9 +373,8 @@ def sampling_judge(case, expected, got, ctx=None):
               or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
     if broken:
         return f"  {broken}\n  ({_savings_line(expected, got)})"
-    uneven = _uneven_lengths(got["steps"])
-    if uneven or not _same_lengths(expected, got):
-        return uneven
+    if not _same_lengths(expected, got):
+        return None
     peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
     if peak_e != peak_g:
         return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
@@ -367,10 +403,12 @@ def beam_judge(case, expected, got, ctx=None):
         if s["in_use"] > alone:
             return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
                     f"{their(alone, 'count')} the beams would hold alone")
-    uneven = _uneven_lengths(got["steps"])
-    if uneven or not _same_lengths(expected, got):
-        return uneven
+    if not _same_lengths(expected, got):
+        return None
     return _savings_off(expected, got)
+
+
+sampling_judge, beam_judge = _with_notes(sampling_judge), _with_notes(beam_judge)
 
 
 # ------------------------------------------------------------------------------------------ Part 3
