@@ -16,6 +16,7 @@ registry = rubric.registry      # tests/registry.py, the list the rubric is a vi
 from grader.grade import seed_for  # noqa: E402
 from grader.hidden.compare import first_mismatch  # noqa: E402
 from grader.score import part_totals, score  # noqa: E402
+from grader.selftest.verify_corpus import load  # noqa: E402  (a paged_kv.py text as a fresh module)
 from grader.submission import SubmissionError, opened  # noqa: E402
 
 REPO_SOLUTION = paths.SOLUTION / "paged_kv.py"
@@ -374,18 +375,6 @@ def _ctx(pk, case, expected, got):
     return types.SimpleNamespace(second=[scenarios.SCENARIOS[name](pk, **inputs) for name, inputs in calls])
 
 
-def _module(text, tag):
-    import importlib.util
-    import tempfile
-    folder = tempfile.mkdtemp()
-    with open(f"{folder}/paged_kv.py", "w") as f:
-        f.write(text)
-    spec = importlib.util.spec_from_file_location(f"pk_unit_{tag}", f"{folder}/paged_kv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
     """Another allocation order (a Part 1 bug) gives other ids but the same Part 5 view; the judge
     passes it."""
@@ -396,7 +385,7 @@ def test_part5_names_blocks_by_what_they_were_made_for_whatever_the_allocator():
     from grader.selftest import mutants
     case = _prefix_case()
     expected = scenarios.prefix_script(reference, **case.inputs)
-    other = _module(mutants.apply(mutants.BY_NAME["alloc_highest_first"]), "highest")
+    other = load(mutants.apply(mutants.BY_NAME["alloc_highest_first"]), "highest")
     got = scenarios.prefix_script(other, **case.inputs)
     assert expected["records"][0]["tables"] != got["records"][0]["tables"]
     assert rules.part5_view(expected, 4) == rules.part5_view(got, 4)
@@ -420,7 +409,7 @@ def test_part5_judge_sees_a_recomputed_hit_and_echoes_no_string_of_the_submissio
         reference, **{**case.inputs, "actions": case.inputs["actions"][:1] + [["request", list(range(3, 11)) + [4]]]}
     )["records"][1]["result"]["logits"]
     assert "differ from your own prefill" in judge(case, expected, fake, _ctx(reference, case, expected, fake))
-    wrong = _module(mutants.apply(mutants.BY_NAME["hits_not_in_table"]), "hits_not_in_table")
+    wrong = load(mutants.apply(mutants.BY_NAME["hits_not_in_table"]), "hits_not_in_table")
     got = scenarios.prefix_script(wrong, **case.inputs)
     assert "differ from your own prefill" in judge(case, expected, got, _ctx(wrong, case, expected, got))
     assert "wrong form" in judge(case, expected, got, None)          # no second run: never a pass
@@ -457,12 +446,12 @@ def test_part5_judges_pass_a_bug_of_part_2_or_4_that_depends_on_chunks_or_rows(b
     from grader.selftest import mutants, unseen
     case = _chain_case()
     expected = scenarios.prefix_script(reference, **case.inputs)
-    other = _module(unseen.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
+    other = load(unseen.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
     got = scenarios.prefix_script(other, **case.inputs)
     for field in PART5_FIELDS:
         judge = prefix_judge(PART5_FIELDS[field], twin=field == "logits")
         assert judge(case, expected, got, _ctx(other, case, expected, got)) is None, field
-    wrong = _module(mutants.apply(mutants.BY_NAME["recompute_last_hit_token"]), "recompute_" + bug)
+    wrong = load(mutants.apply(mutants.BY_NAME["recompute_last_hit_token"]), "recompute_" + bug)
     got = scenarios.prefix_script(wrong, **case.inputs)
     assert prefix_judge(PART5_FIELDS["hits"])(case, expected, got) is not None
     assert prefix_judge(PART5_FIELDS["logits"], twin=True)(case, expected, got, _ctx(wrong, case, expected, got))
@@ -489,7 +478,7 @@ def test_an_allocator_whose_only_bug_is_the_order_fails_lowest_free_first_alone(
     lowest_free_first names blocks by handle (rules.pool_view), so the order costs that check only."""
     from grader.selftest import mutants
     for seed in (0, 1):
-        verdicts = _part1_verdicts(_module(mutants.apply(mutants.BY_NAME[name]), name), seed)
+        verdicts = _part1_verdicts(load(mutants.apply(mutants.BY_NAME[name]), name), seed)
         failing = {check for check, messages in verdicts.items() if any(messages)}
         assert failing == {"allocator.lowest_free_first"}, {c: next(m for m in v if m) for c, v in verdicts.items()
                                                             if any(v)}
@@ -511,7 +500,7 @@ def test_naming_blocks_by_handle_pardons_no_block_handed_out_twice():
     case = Case("unit", "pool_script", {"cfg": None, "n_blocks": 4, "block_size": 2, "ops": ops})
     expected = scenarios.pool_script(reference, **case.inputs)
     assert rules.pool_view(expected, 4)[4]["result"] == "#2, a free block"
-    early = _module(mutants.apply(mutants.BY_NAME["decref_frees_at_one"]), "frees_at_one")
+    early = load(mutants.apply(mutants.BY_NAME["decref_frees_at_one"]), "frees_at_one")
     said = pool_judge(case, expected, scenarios.pool_script(early, **case.inputs))
     assert "after action 4 of 8" in said and "n_used: expected 2, got 1" in said, said
     twice = copy.deepcopy(expected)

@@ -17,6 +17,7 @@ import scenarios  # noqa: E402
 
 from grader.hidden import test_allocator, test_blockwise_attention, test_copy_on_write, test_paged_step  # noqa: E402
 from grader.hidden.conftest import rng_for  # noqa: E402
+from grader.selftest.verify_corpus import load  # noqa: E402  (a paged_kv.py text as a fresh module)
 
 MODULES = (test_allocator, test_paged_step, test_blockwise_attention, test_copy_on_write)
 
@@ -151,18 +152,6 @@ class _IncrefsSource(reference.BlockPool):
         return new
 
 
-def _module(text, tag):
-    import importlib.util
-    import tempfile
-    folder = tempfile.mkdtemp()
-    with open(f"{folder}/paged_kv.py", "w") as f:
-        f.write(text)
-    spec = importlib.util.spec_from_file_location(f"pk_no_excuse_{tag}", f"{folder}/paged_kv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_an_exact_fit_that_runs_out_while_copying_is_not_charged_to_part_2():
     """Part 2's count admitted the step (it started); that the copies then took one block more is Part
     1's copy_block. Judged on what Part 2 owns, not excused by another check's verdict."""
@@ -176,7 +165,7 @@ def test_an_exact_fit_that_runs_out_while_copying_is_not_charged_to_part_2():
 
 def test_a_count_that_refuses_an_exact_fit_up_front_fails_whatever_copy_block_does():
     from grader.selftest import mutants
-    bad = _module(mutants.apply(mutants.BY_NAME["count_copies_n"]), "count_copies_n")
+    bad = load(mutants.apply(mutants.BY_NAME["count_copies_n"]), "count_copies_n")
 
     class Pool(bad.BlockPool):
         def copy_block(self, b):
