@@ -111,16 +111,17 @@ class PagedSequence:
         return self.pool.k[layer, b, s], self.pool.v[layer, b, s]
 
     def fork(self):
-        child = PagedSequence(self.pool)
-        for b in self.blocks:
+        twin = PagedSequence(self.pool)
+        twin.blocks = self.blocks[:]
+        twin.length = self.length
+        for b in twin.blocks:
             self.pool.incref(b)
-        child.blocks, child.length = list(self.blocks), self.length
-        return child
+        return twin
 
     def free(self):
-        for b in self.blocks:
-            self.pool.decref(b)
-        self.blocks, self.length = [], 0
+        while self.blocks:                                 # last block first; order does not matter
+            self.pool.decref(self.blocks.pop())
+        self.length = 0
 
 
 def _chunk(cfg, seq, chunk):
@@ -150,19 +151,20 @@ def paged_step(params, cfg, seqs, chunks):
     for s in seqs:
         if demand.get(id(s.pool), 0) > s.pool.n_free:
             raise MemoryError("the step does not fit")
-    out = []
-    for s, c in zip(seqs, chunks):
-        s.reserve(len(c))
-        start = s.length
-        x = embed(params, cfg, c, start)
-        for layer in range(cfg.n_layers):
-            q, k, v = qkv(params, cfg, layer, x)
-            s.write(layer, start, k, v)
-            K, V = s.read(layer, start + len(c))
-            x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))
-        s.length = start + len(c)
-        out.append(unembed(params, cfg, x))
-    return out
+    return [_advance(params, cfg, s, c) for s, c in zip(seqs, chunks)]
+
+
+def _advance(params, cfg, seq, chunk):
+    """One sequence's share of the step: room first, then every layer writes and attends."""
+    seq.reserve(len(chunk))
+    t0, t1 = seq.length, seq.length + len(chunk)
+    h = embed(params, cfg, chunk, t0)
+    for layer in range(cfg.n_layers):
+        q, k, v = qkv(params, cfg, layer, h)
+        seq.write(layer, t0, k, v)
+        h = attn_out(params, cfg, layer, h, attention_core(q, *seq.read(layer, t1), t0))
+    seq.length = t1
+    return unembed(params, cfg, h)
 
 
 def blockwise_attention(q, seq, layer):
@@ -271,12 +273,15 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     short = need - pool.n_free
     if short > len(cache._evictable(keep=hits)):
         raise MemoryError("not enough blocks, even evicting")
-    for b in hits:
+    n_hit = len(hits) * pool.block_size
+    seq.blocks = []
+    for b in hits:                     # the sequence's own reference first, so eviction cannot take them
         pool.incref(b)
-    seq.blocks, seq.length = list(hits), len(hits) * pool.block_size
+        seq.blocks.append(b)
+    seq.length = n_hit
     if short > 0:
         cache.evict(short)
-    (logits,) = paged_step(params, cfg, [seq], [prompt[seq.length:]])
-    cache.n_hit_tokens += len(hits) * pool.block_size
+    logits = paged_step(params, cfg, [seq], [prompt[n_hit:]])[0]
+    cache.n_hit_tokens += n_hit
     cache.insert(prompt, seq.blocks)
     return logits

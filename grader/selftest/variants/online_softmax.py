@@ -1,7 +1,8 @@
 from decoding import beam_search, parallel_sample  # noqa: F401
 # Correct variant (c): a set of free ids (alloc takes min()), refcounts in a list; blockwise attention
 # is flash-style: one pass over the blocks with a running max, running normaliser and running output,
-# rescaled whenever the max grows. The step counts its blocks by simulating the reserves on a copy of
+# rescaled whenever the max grows. The step runs layer-major (all sequences through a layer, then the
+# next) and counts its blocks by simulating the reserves on a copy of
 # the refcounts.
 import numbers
 
@@ -167,18 +168,18 @@ def paged_step(params, cfg, seqs, chunks):
             raise MemoryError("not enough KV blocks for this step")
     for s, c in zip(seqs, chunks):
         s.reserve(len(c))
-    results = []
-    for s, c in zip(seqs, chunks):
-        t0 = s.length
-        x = embed(params, cfg, c, t0)
-        for layer in range(cfg.n_layers):
-            q, k, v = qkv(params, cfg, layer, x)
+    # layer-major: every sequence's hidden state goes through layer 0, then all through layer 1, ...
+    starts = [s.length for s in seqs]
+    hidden = [embed(params, cfg, c, t0) for c, t0 in zip(chunks, starts)]
+    for layer in range(cfg.n_layers):
+        for i, (s, t0) in enumerate(zip(seqs, starts)):
+            q, k, v = qkv(params, cfg, layer, hidden[i])
             s.write(layer, t0, k, v)
-            keys, vals = s.read(layer, t0 + len(c))
-            x = attn_out(params, cfg, layer, x, attention_core(q, keys, vals, t0))
-        s.length = t0 + len(c)
-        results.append(unembed(params, cfg, x))
-    return results
+            keys, vals = s.read(layer, t0 + k.shape[0])
+            hidden[i] = attn_out(params, cfg, layer, hidden[i], attention_core(q, keys, vals, t0))
+    for s, c, t0 in zip(seqs, chunks, starts):
+        s.length = t0 + c.shape[0]
+    return [unembed(params, cfg, h) for h in hidden]
 
 
 def blockwise_attention(q, seq, layer):

@@ -67,8 +67,8 @@ class BlockPool:
     def copy_block(self, b):
         b = self._live(b)
         c = self.alloc()
-        self.k[:, c] = self.k[:, b]
-        self.v[:, c] = self.v[:, b]
+        for store in (self.k, self.v):
+            store[:, c] = store[:, b]
         self.n_copies += 1
         return c
 
@@ -274,10 +274,10 @@ class PrefixCache:
 
 
 def cached_prefill(params, cfg, seq, prompt, cache):
-    if seq.length != 0 or len(seq.blocks) != 0:
-        raise ValueError("cached_prefill needs an empty sequence")
-    if seq.pool is not cache.pool:
-        raise ValueError("the sequence is not on the cache's pool")
+    problem = ("a sequence that already holds tokens" if seq.length or seq.blocks
+               else "a sequence on another pool" if seq.pool is not cache.pool else None)
+    if problem:
+        raise ValueError(f"cached_prefill got {problem}")
     prompt = _tokens(cfg, seq, prompt)
     pool = cache.pool
     hits = cache.lookup(prompt)
