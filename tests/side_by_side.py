@@ -19,7 +19,8 @@ import transformer_lab as tl
 
 SECTION = "Part 2: paged KV and the paged step"
 SMALL = support.SMALL       # vocab 40, max_len 12, 3 layers, 2 heads: nothing depends on TINY's sizes
-NAN_HINT = support.NAN_HINT
+NAN_HINT = ("  A non-finite value usually means a softmax without its maximum subtracted, or a read of slots "
+            "never written (storage is not zero after reuse).")
 
 
 def fail(message):
@@ -38,6 +39,7 @@ class SideBySide:
         self.contract = support.contract_order(n_blocks, setup)                   # a correct pool's
         self.pool = sc.working_pool(pk, self.cfg, n_blocks, block_size)
         self.held, self.seqs, self.twins, self.reserved, self.compared, self.n_calls = [], [], [], set(), True, 0
+        self.last = "the test's setup"
         try:
             self.take(held)
             for h in given_back:
@@ -61,7 +63,7 @@ class SideBySide:
             try:
                 self.held.append(self.pool.alloc())
             except MemoryError as e:
-                fail(f"after call {self.n_calls}: the test's own pool.alloc() raised MemoryError ({e}), "
+                fail(f"after {self.last}: the test's own pool.alloc() raised MemoryError ({e}), "
                      f"with n_free = {sc.as_int(self.pool.n_free)}\n{self.draw('tables')}")
 
     def leave_free(self, n):
@@ -154,7 +156,7 @@ class SideBySide:
             yours = "" if self.order == self.contract else (
                 f"\n  (your pool hands out blocks in the order {self.order[:8]}..., a correct one "
                 f"{self.contract[:8]}...: compared by that order, blocks #k = the k-th handed out)")
-            fail(f"after call {self.n_calls}: block tables differ ({why}): expected, by allocation order, "
+            fail(f"after {self.last}: block tables differ ({why}): expected, by allocation order, "
                  f"{_named(want)}, got {_named(got)}\n"
                  + explain.draw_tables("expected", expected, state["lengths"], self.B) + "\n"
                  + self.draw("got", state) + yours)
@@ -166,7 +168,7 @@ class SideBySide:
             expected = {"k": twin.k[:, 0, :twin.length], "v": twin.v[:, 0, :twin.length]}
             why = rules.kv_difference(expected, sc.gathered_kv(seq))
             if why:
-                fail(f"after call {self.n_calls}: seq {s}'s K/V read from pool storage through its table "
+                fail(f"after {self.last}: seq {s}'s K/V read from pool storage through its table "
                      f"(pool.k[layer, blocks[p // B], p % B]) differ from the contiguous cache: {why}\n"
                      + self.draw("got"))
 
@@ -213,9 +215,12 @@ class SideBySide:
         if fn is self.pk.paged_step:
             seqs, chunks = args[-2:]
             sizes = ", ".join(str(len(c)) for c in chunks) or "no"
-            return f"call {self.n_calls}, paged_step(seqs {[self.index(s) for s in seqs]}, chunks of {sizes} tokens)"
-        shown = ", ".join(str(a) if np.isscalar(a) else f"[{' x '.join(map(str, np.shape(a)))}]" for a in args)
-        return f"call {self.n_calls}, seq {self.index(fn.__self__)}.{fn.__name__}({shown})"
+            idx = [self.index(s) for s in seqs]
+            self.last = f"call {self.n_calls}, paged_step(seqs {idx}, chunks of {sizes} tokens)"
+        else:
+            shown = ", ".join(str(a) if np.isscalar(a) else f"[{' x '.join(map(str, np.shape(a)))}]" for a in args)
+            self.last = f"call {self.n_calls}, seq {self.index(fn.__self__)}.{fn.__name__}({shown})"
+        return self.last
 
 
 def _named(tables):
