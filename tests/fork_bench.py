@@ -7,7 +7,8 @@ then the test stores random K/V for the n new positions through the table and se
 After every call the bench checks, on the tables and refcounts your pool shows, the rules of fork,
 free and copy-on-write (rules.sharing_violation, which the grader uses too), and that every
 sequence reads back, through its table, exactly the K/V the test stored for it. Which ids your
-allocator picks and the pool's counters are Part 1's, and are never compared here.
+allocator picks and the pool's counters are Part 1's, and are never compared here. Messages name
+the sequences seq 0, seq 1, ... in the order the test made them, and each call by its number.
 """
 import pytest
 
@@ -80,7 +81,7 @@ class ForkBench:
         scenario, inputs = sc.sharing_twin(n_blocks=self.n_blocks, block_size=self.B, actions=ops)
         twin = rules.unshared_records(ops, sc.SCENARIOS[scenario](self.pk, **inputs))
         for i, (rec, alone) in enumerate(zip(self.records, twin)):
-            where = support.where(self.records, i)
+            where = self._at(i)
             if alone["error"] is not None:
                 fail(f"{where}: without sharing, the same calls raised {support.error_text(alone['error'])}")
             for j, (e, g) in enumerate(zip(alone["result"] or (), rec["result"] or ())):
@@ -103,19 +104,20 @@ class ForkBench:
         except Exception as e:  # noqa: BLE001  (any error of your code is the failure)
             if op[0] == "step" and not support.part2_works(self.pk):
                 pytest.skip(support.needs_part2(self.pk, "the rest of this test"))
-            fail(f"after action {len(self.records) + 1}, {explain.describe_action(op)}: expected it to succeed, but it "
+            fail(f"after call {len(self.records) + 1}, {explain.describe_action(op)}: expected it to succeed, but it "
                  f"raised {type(e).__name__}: {str(e)[:300]}")
         self.records.append({"op": op, "result": [sc.as_array(o) for o in result] if op[0] == "step" else None,
                              "error": None, "kv": [sc.gathered_kv(s) for s in self.seqs], **sc.seq_state(self.seqs),
                              "refcounts": [sc.observe(self.pool.refcount, b) for b in range(self.n_blocks)]})
         broken = rules.sharing_violation(self.records, self.B)
-        if broken:
-            fail(broken + self._copy_note())
+        if broken:       # said as "after action n of n, ...": here each call is checked as it is made
+            n = len(self.records)
+            fail(broken.replace(f"after action {n} of {n}, ", f"after call {n}, ", 1) + self._copy_note())
         self.stored.apply(op)
         for s, got in enumerate(self.records[-1]["kv"]):
             why = None if self.stepped else rules.kv_difference(self.stored.kv(s), got)
             if why:
-                fail(f"{support.where(self.records, len(self.records) - 1)}: seq {s}'s K/V read from pool storage "
+                fail(f"{self._at(len(self.records) - 1)}: seq {s}'s K/V read from pool storage "
                      f"through its table differ from what the test stored: {why}\n"
                      f"{support.picture(self.records[-1], self.B)}" + self._copy_note())
         return result
@@ -127,6 +129,9 @@ class ForkBench:
     def _copy_note(self):
         note = rules.copy_note(sc.copy_runs(self.pk, self.cfg))
         return f"\n  {note}" if note else ""
+
+    def _at(self, i):
+        return f"after call {i + 1}, {explain.describe_action(self.records[i]['op'])}"
 
     def index(self, seq):
         return next(i for i, s in enumerate(self.seqs) if s is seq)

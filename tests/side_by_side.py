@@ -4,7 +4,8 @@ Every PagedSequence the test makes gets a twin, a contiguous `KVCache` that sees
 `step` runs your paged_step and then checks what every step must do (the logits and lengths of the
 twins, ceil(length / B) distinct blocks per table). Block tables are compared by allocation order:
 an expected [0, 2] means "the 1st and 3rd blocks a correct pool hands out here", so which ids your
-allocator picks (Part 1) does not matter, only the order in which Part 2 asks for blocks.
+allocator picks (Part 1) does not matter, only the order in which Part 2 asks for blocks. Messages
+name the sequences seq 0, seq 1, ... in the order the test made them, and each call by its number.
 """
 import math
 
