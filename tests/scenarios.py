@@ -532,6 +532,24 @@ def step_need(pool, seqs, sizes):
     return need + sum(min(w, as_int(pool.refcount(b)) - 1) for b, w in writers.items())
 
 
+def grow(pool, seq, n, seed):
+    """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
+    `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
+    any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
+    sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
+    block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
+    B, done, first = pool.block_size, 0, as_int(seq.length)
+    if first == 0 and not list(seq.blocks):
+        seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
+    while done < n:
+        piece = min(n - done, B)
+        seq.reserve(piece)
+        if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
+            raise IndexError("after reserve, the table has too few blocks for the new positions")
+        seq.length = first + done + piece
+        done += piece
+
+
 def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
     storage through its table after each action. Returns {"records", "copy_probe"}.
@@ -557,28 +575,11 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         seqs.append(seqs[i].fork())
         return len(seqs) - 1
 
-    def grow(i, n, seed):
-        """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
-        `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
-        any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
-        sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
-        block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
-        seq, B, done, first = seqs[i], pool.block_size, 0, as_int(seqs[i].length)
-        if first == 0 and not list(seq.blocks):
-            seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
-        while done < n:
-            piece = min(n - done, B)
-            seq.reserve(piece)
-            if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
-                raise IndexError("after reserve, the table has too few blocks for the new positions")
-            seq.length = first + done + piece
-            done += piece
-
     def step(idx, chunks):
         return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])]
 
-    calls = {"new": new, "fork": fork, "free": lambda i: seqs[i].free(), "grow": grow, "step": step,
-             "reserve": lambda i, n: seqs[i].reserve(n)}
+    calls = {"new": new, "fork": fork, "free": lambda i: seqs[i].free(), "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
+             "step": step, "reserve": lambda i, n: seqs[i].reserve(n)}
     for op, *args in actions:
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],

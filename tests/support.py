@@ -1,6 +1,7 @@
-"""What the public tests share: the contract's invariants and the contiguous baseline, checked on
-the plain data a scenario (scenarios.py) returns, with failures that say what was checked,
-expected vs got, and draw the block tables.
+"""What the public tests share: failures that say what was checked (expected vs got, the block
+tables drawn), the contract's invariants on the plain data a scenario (scenarios.py) returns, and
+the probes that decide whether a test must wait for another part. Parts 2 and 4 run their stories
+on benches of their own (side_by_side.py, fork_bench.py) built on these.
 
 Nothing here knows how to implement paged_kv: expected values come from the lab's contiguous
 `forward` with a KVCache, from hand-worked examples in the tests, or from rules the contract
@@ -10,8 +11,6 @@ tests of that part, not the others'; a comparison that needs another part workin
 (pytest.skip, with the reason: what failed in that part) while that part does not work yet, after
 everything the test can check without it.
 """
-import math
-
 import numpy as np
 import pytest
 
@@ -270,114 +269,6 @@ def contract_order(n_blocks, actions):
     return sorted(set(range(n_blocks)) - set(held))
 
 
-def run_steps(pk, actions, block_size, n_blocks=16, cfg=None, section=None, record_kv=False, errors=None, **kw):
-    """step_script plus the checks every Part 2 script must pass, the most telling first: the actions
-    in `errors` ({index: (kind, why)}) raise that error and change nothing, every other action
-    succeeds; then the contiguous baseline (logits, lengths, and with record_kv the K/V read from
-    storage through the tables), and the tables' shape: ceil(length / B) distinct blocks each, no
-    block in two tables or held by the test. Returns the result, with "contract" = contract_order."""
-    result = sc.step_script(pk, cfg=cfg, n_blocks=n_blocks, block_size=block_size, actions=actions,
-                            record_kv=record_kv, **kw)
-    records = result["records"]
-    errors = errors or {}
-    short = rules.short_table(records, block_size)
-    shared = next((i for i, r in enumerate(records) if r["op"][0] in ("share", "mirror")), len(records))
-    waits = shared < len(records) - 1 and not copies_work(pk)
-    for i in range(len(records)):
-        if i > shared and waits:
-            break
-        if i in errors:
-            raised(records, i, *errors[i], section, block_size)
-        elif records[i]["error"] is not None and short:
-            fail(f"{where(records, i)}: expected it to succeed, but it raised {error_text(records[i]['error'])}; "
-                 f"{short}", section)
-        else:
-            succeeded(records, i, section)
-    against_contiguous(records, block_size, cfg, kw.get("param_seed", 0), section)
-    table_shapes(records, block_size, section)
-    if waits:
-        wait(needs_copies(pk))
-    result["contract"] = contract_order(n_blocks, actions)
-    return result
-
-
-def against_contiguous(records, block_size, cfg=None, param_seed=0, section=None):
-    """Every successful step's logits (and, with record_kv, every sequence's stored K/V) equal the
-    contiguous baseline's; every length equals the baseline's length. Up to the first "share" or
-    "mirror": from there on blocks are shared, and the copy a write makes is Part 4's."""
-    base = Contiguous(cfg, param_seed)
-    for i, rec in enumerate(records):
-        if rec["op"][0] in ("share", "mirror"):
-            return
-        expected = base.apply(rec)
-        if expected is not None:
-            got = rec["result"]
-            equal(f"{where(records, i)}: number of logits arrays returned", len(expected), len(got), section)
-            for j, (e, g) in enumerate(zip(expected, got)):
-                close(f"{where(records, i)}: logits of seq {rec['op'][1][j]} (index [position in chunk, token]) "
-                      f"vs the contiguous forward with a KVCache", e, g, TOL_LOGITS, section, NAN_HINT)
-        equal(f"{where(records, i)}: sequence lengths", [c.length for c in base.caches], rec["lengths"], section)
-        for s, stored in enumerate(rec.get("kv", [])):
-            why = rules.kv_difference(dict(zip("kv", base.kv(s))), stored)
-            if why:
-                fail(f"{where(records, i)}: seq {s}'s K/V read from pool storage through its table "
-                     f"(pool.k[layer, blocks[p // B], p % B]) differ from the contiguous cache: {why}\n"
-                     f"{picture(rec, block_size)}", section)
-
-
-NAN_HINT = ("  A non-finite value usually means a softmax without its maximum subtracted, or a read of slots "
-            "never written (storage is not zero after reuse).")
-
-
-def table_shapes(records, block_size, section):
-    """Between steps each table holds ceil(length / B) distinct blocks (more only after a bare
-    reserve, until it is filled), no block is in two tables, and none is a block the test holds."""
-    held, reserved = set(), set()
-    for i, rec in enumerate(records):
-        op = rec["op"]
-        if op[0] in ("share", "mirror"):
-            return
-        if op[0] == "alloc" and rec["error"] is None:
-            held.add(len(held))
-        if op[0] == "reserve":
-            reserved.add(op[1])
-        seen = {}
-        for s, (table, length) in enumerate(zip(rec["tables"], rec["lengths"])):
-            need = math.ceil(length / block_size)
-            if len(set(table)) != len(table) or len(table) < need or (len(table) > need and s not in reserved):
-                fail(f"{where(records, i)}: seq {s} has length {length}, so its table must hold "
-                     f"ceil({length} / {block_size}) = {need} distinct blocks, it holds {table}\n"
-                     f"{picture(rec, block_size)}", section)
-            for b in table:
-                if b in seen:
-                    fail(f"{where(records, i)}: block {b} is in the tables of seq {seen[b]} and seq {s}: without fork, "
-                         f"sequences never share a block\n{picture(rec, block_size)}", section)
-                seen[b] = s
-
-
-def tables(result, i, expected, block_size, section, why):
-    """Action i must leave these block tables, where each expected id is a block a correct pool hands
-    out: compared by place in the allocation order, so your allocator's choice of ids (Part 1) does
-    not matter here, the order in which the step takes blocks does. On failure draw both."""
-    records = result["records"]
-    rec = records[i]
-    want = [rules.canonical(t, result["contract"]) for t in expected]
-    got = [rules.canonical(t, result["order"]) for t in rec["tables"]]
-    if want != got:
-        mine = "" if result["order"] == result["contract"] else (
-            f"\n  (your pool hands out blocks in the order {result['order'][:8]}..., a correct one "
-            f"{result['contract'][:8]}...: compared by that order, blocks #k = the k-th handed out)")
-        fail("\n".join([f"{where(records, i)}: block tables differ ({why}): expected, by allocation order, "
-                        f"{_named(want)}, got {_named(got)}",
-                        explain.draw_tables("expected", expected, rec["lengths"], block_size),
-                        picture(rec, block_size)]) + mine, section)
-
-
-def _named(tables_):
-    return "[" + ", ".join("[" + ", ".join(f"#{b}" if isinstance(b, int) else str(b) for b in t) + "]"
-                           for t in tables_) + "]"
-
-
 # ----------------------------------------------------------------------------- Part 4: sharing
 class Stored:
     """What a sequence's K/V must read back as in a "grow" script: the test's own random K/V per
@@ -404,51 +295,6 @@ class Stored:
         pos = self.seqs[s]
         return {"k": np.stack([k for k, _ in pos], axis=1) if pos else empty,
                 "v": np.stack([v for _, v in pos], axis=1) if pos else empty}
-
-
-def run_sharing(pk, actions, block_size, n_blocks=64, section=None, twin=False, **kw):
-    """sharing_script plus the checks every Part 4 script must pass: every action succeeds; the
-    contract's rules for fork, free and copy-on-write hold on the tables and refcounts your pool
-    shows (rules.sharing_violation); in a "grow" script every sequence reads back, through its table,
-    exactly the K/V the test stored; with twin=True (steps), sharing changes no logits and no K/V
-    (skipped, with the reason, while Part 2 does not work). Returns the result."""
-    result = sc.sharing_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, **kw)
-    records = result["records"]
-    part2 = not twin or part2_works(pk)
-    for i in range(len(records)):
-        if records[i]["op"][0] != "step" or part2:     # a step that raises is Part 2's while Part 2 does not work
-            succeeded(records, i, section)
-    broken = rules.sharing_violation(records, block_size)
-    if broken:
-        fail(broken + _copy_note(result), section)
-    if not twin:
-        stored = Stored(kw.get("cfg"))
-        for i, rec in enumerate(records):
-            stored.apply(rec["op"])
-            for s, got in enumerate(rec["kv"]):
-                why = rules.kv_difference(stored.kv(s), got)
-                if why:
-                    fail(f"{where(records, i)}: seq {s}'s K/V read from pool storage through its table differ from "
-                         f"what the test stored: {why}\n{picture(rec, block_size)}" + _copy_note(result), section)
-    elif not part2:
-        wait(needs_part2(pk, "the comparison with the same script without sharing"))
-    else:
-        scenario, inputs = sc.sharing_twin(n_blocks=n_blocks, block_size=block_size, actions=actions, **kw)
-        result["twin"] = rules.unshared_records(actions, sc.SCENARIOS[scenario](pk, **inputs))
-        for i, (rec, alone) in enumerate(zip(records, result["twin"])):
-            if alone["error"] is not None and rec["error"] is None:
-                fail(f"{where(records, i)}: without sharing, the same script raised {error_text(alone['error'])}",
-                     section)
-            if rec["op"][0] == "step":
-                for j, (e, g) in enumerate(zip(alone["result"], rec["result"])):
-                    close(f"{where(records, i)}: logits of seq {rec['op'][1][j]} with sharing vs the same script where "
-                          "every fork is a new sequence that prefills its parent's tokens", e, g, TOL_LOGITS, section)
-            for s, (e, g) in enumerate(zip(alone["kv"], rec["kv"])):
-                why = rules.kv_difference(e, g)
-                if why:
-                    fail(f"{where(records, i)}: seq {s}'s K/V with sharing differ from the same script without "
-                         f"sharing: {why}\n{picture(rec, block_size)}" + _copy_note(result), section)
-    return result
 
 
 def _copy_note(result):

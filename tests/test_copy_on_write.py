@@ -1,62 +1,60 @@
 """Part 4: sharing and copy-on-write (fork, lazy copy in reserve, free, and the lab's drivers).
 
-Every script is checked by the contract's rules for fork, free and copy-on-write on the tables and
-refcounts your pool shows (rules.py): which ids the allocator picks and the pool's counters are
-Part 1's, and are never compared here. Most scripts "grow" sequences without paged_step: reserve, a
-block at a time (a new sequence's first blocks the test takes with pool.alloc: how many blocks a
-chunk needs is Part 2's), then the test stores K/V for the n new positions through the table itself
-and sets length += n, so
-every sequence must read back exactly what the test stored, through copies, forks and frees. The
-scripts with paged_step compare sharing with the same script without it."""
+Each test is a short story on your own sequences: a ForkBench (fork_bench.py) forks, grows and frees
+them and, after every call, checks the contract's rules for fork, free and copy-on-write on the
+tables and refcounts your pool shows, and that every sequence reads back exactly the K/V the test
+stored for it. `grow(seq, n)` is a step without paged_step: reserve, then the test stores K/V for the
+n new positions and sets length += n. The tests with paged_step compare sharing with the same calls
+without it. Which ids your allocator picks and the pool's counters are Part 1's, never compared here."""
 import numpy as np
 import pytest
 
 import decoding
 import rules
 import scenarios as sc
-from support import SMALL, equal, fail, needs_part2, part2_works, run_sharing, tokens, unchanged, wait, where
+from fork_bench import SECTION, ForkBench
+from support import SMALL, equal, fail, needs_part2, part2_works, tokens, unchanged, wait
 
 pytestmark = pytest.mark.copy_on_write
-SECTION = "Part 4: sharing and copy-on-write"
-B = 4                      # block size of the scripts: a 10-token prompt fills 2 blocks and half of a third
 
 
-def grow(i, n, seed=0):
-    return ["grow", i, n, 100 + 10 * i + n + seed]
-
-
-def prompt10():
-    return [["new"], grow(0, 10)]
-
-
-def copies(result):
-    return rules.copies_made(result["records"], B)
+def with_prompt(pk, n=10, **kw):
+    """A bench and a sequence holding n tokens (block size 4: 10 tokens fill 2 blocks and half of a third)."""
+    bench = ForkBench(pk, **kw)
+    seq = bench.new_sequence()
+    bench.grow(seq, n)
+    return bench, seq
 
 
 def test_fork_shares_every_block(pk):
-    result = run_sharing(pk, prompt10() + [["fork", 0], ["fork", 1], ["new"], ["fork", 3]], B, section=SECTION)
-    rec = result["records"][3]
-    equal(f"{where(result['records'], 3)}: the three tables (a fork shares its parent's whole table)",
-          [rec["tables"][0]] * 3, rec["tables"], SECTION)
-    equal(f"{where(result['records'], 3)}: refcounts of seq 0's blocks (three holders each)",
-          [3, 3, 3], [rec["refcounts"][b] for b in rec["tables"][0]], SECTION)
-    equal(f"{where(result['records'], 5)}: the fork of an empty sequence", ([], 0),
-          (result["records"][5]["tables"][4], result["records"][5]["lengths"][4]), SECTION)
+    bench, a = with_prompt(pk)
+    b = bench.fork(a)
+    bench.fork(b)
+    equal("the three tables after a.fork() and b.fork() (a fork shares its parent's whole table)",
+          [bench.tables()[0]] * 3, bench.tables(), SECTION)
+    equal("refcounts of a's blocks (three holders each)", [3, 3, 3], [bench.refcount(b) for b in bench.tables()[0]],
+          SECTION)
+    child = bench.fork(bench.new_sequence())
+    equal("the fork of an empty sequence: its table and length", ([], 0), (list(child.blocks), child.length), SECTION)
 
 
 def test_writing_into_a_shared_partial_block_copies_it(pk):
-    """seq 1 writes first: the shared third block (2 of 4 slots, refcount 2) is copied for it; then
-    seq 0 finds that block with refcount 1 and writes in place."""
-    result = run_sharing(pk, prompt10() + [["fork", 0], grow(1, 1), grow(0, 1)], B, section=SECTION)
-    equal("copies made by each action (new, grow, fork, seq 1 grows, seq 0 grows)", [0, 0, 0, 1, 0], copies(result),
-          SECTION)
+    """b writes first: the shared third block (2 of 4 slots, refcount 2) is copied for it; then a
+    finds that block with refcount 1 and writes in place."""
+    bench, a = with_prompt(pk)
+    b = bench.fork(a)
+    bench.grow(b, 1)
+    bench.grow(a, 1)
+    equal("copies made by b's write, then a's", [1, 0], bench.copies_by_call()[-2:], SECTION)
 
 
 def test_a_full_shared_last_block_is_never_copied(pk):
-    result = run_sharing(pk, [["new"], grow(0, 8), ["fork", 0], grow(1, 1), grow(0, 1)], B, section=SECTION)
-    equal("copies made (8 tokens fill 2 blocks: new tokens go to new blocks)", [0] * 5, copies(result), SECTION)
-    t = result["records"][-1]["tables"]
-    equal("the blocks the two sequences share after both wrote", 2, len(set(t[0]) & set(t[1])), SECTION)
+    bench, a = with_prompt(pk, 8)
+    b = bench.fork(a)
+    bench.grow(b, 1)
+    bench.grow(a, 1)
+    equal("copies made (8 tokens fill 2 blocks: new tokens go to new blocks)", [0] * 5, bench.copies_by_call(), SECTION)
+    equal("the blocks the two sequences share after both wrote", 2, len(set(a.blocks) & set(b.blocks)), SECTION)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -64,37 +62,56 @@ def test_a_full_shared_last_block_is_never_copied(pk):
 def test_n_holders_make_n_minus_1_copies(pk, n, together):
     """n sequences share the partly filled third block; each writes one token: the first n - 1 to
     write copy it, the last writes in place. In one paged_step (compared with the same step without
-    sharing), or one reserve each."""
-    forks = [["fork", 0]] * (n - 1)
+    sharing), or one grow each."""
+    bench = ForkBench(pk)
+    a = bench.new_sequence()
     if together:
-        actions = [["new"], ["step", [0], [tokens(10, 40)]]] + forks + [["step", list(range(n)), [[7]] * n]]
+        bench.step([a], [tokens(10, 40)])
     else:
-        actions = prompt10() + forks + [grow(i, 1) for i in range(n)]
-    result = run_sharing(pk, actions, B, section=SECTION, twin=together)
-    equal(f"copies made when {n} holders of a partly filled block each wrote one token", n - 1, sum(copies(result)),
-          SECTION)
+        bench.grow(a, 10)
+    holders = [a] + [bench.fork(a) for _ in range(n - 1)]
+    if together:
+        bench.step(holders, [[7]] * n)
+    else:
+        for seq in holders:
+            bench.grow(seq, 1)
+    equal(f"copies made when {n} holders of a partly filled block each wrote one token", n - 1,
+          sum(bench.copies_by_call()), SECTION)
+    if together:
+        bench.same_as_without_sharing()
 
 
 def test_copies_when_only_some_holders_write(pk):
     """Three holders of the third block, two of them write: both copy (each still finds it shared)."""
-    result = run_sharing(pk, prompt10() + [["fork", 0], ["fork", 0], grow(2, 1), grow(1, 1)], B, section=SECTION)
-    equal("copies made by each action", [0, 0, 0, 0, 1, 1], copies(result), SECTION)
+    bench, a = with_prompt(pk)
+    b, c = bench.fork(a), bench.fork(a)
+    bench.grow(c, 1)
+    bench.grow(b, 1)
+    equal("copies made by c's write, then b's", [1, 1], bench.copies_by_call()[-2:], SECTION)
 
 
 def test_copy_on_write_happens_in_reserve(pk):
-    result = run_sharing(pk, prompt10() + [["fork", 0], ["reserve", 1, 1], ["reserve", 0, 2]], B, section=SECTION)
-    equal("copies made by reserve(1) on the fork, then reserve(2) on seq 0 (no longer shared)", [1, 0],
-          copies(result)[3:], SECTION)
-    equal(f"{where(result['records'], 3)}: lengths (reserve does not change length)", [10, 10],
-          result["records"][3]["lengths"], SECTION)
+    bench, a = with_prompt(pk)
+    b = bench.fork(a)
+    bench.reserve(b, 1)
+    equal("lengths after b.reserve(1) (reserve does not change length)", [10, 10], [a.length, b.length], SECTION)
+    bench.reserve(a, 2)
+    equal("copies made by b.reserve(1), then a.reserve(2) (no longer shared)", [1, 0], bench.copies_by_call()[-2:],
+          SECTION)
 
 
 def test_copied_blocks_hold_the_right_data(pk):
     """Every sequence's K and V, read straight from pool storage through its table, equal what the
-    test stored for it, after copies, forks and frees: a write into a shared block shows up here."""
-    actions = prompt10() + [["fork", 0], ["fork", 0], grow(0, 1), grow(1, 3), grow(2, 1), grow(2, 6), grow(0, 1),
-                            ["fork", 2], grow(3, 1), grow(1, 1), ["free", 1], ["new"], grow(4, 9)]
-    run_sharing(pk, actions, B, n_blocks=32, section=SECTION)
+    test stored for it, after copies, forks and frees (the bench checks it after every call)."""
+    bench, a = with_prompt(pk, n_blocks=32)
+    b, c = bench.fork(a), bench.fork(a)
+    for seq, n in ((a, 1), (b, 3), (c, 1), (c, 6), (a, 1)):
+        bench.grow(seq, n)
+    d = bench.fork(c)
+    bench.grow(d, 1)
+    bench.grow(b, 1)
+    bench.free(b)
+    bench.grow(bench.new_sequence(), 9)
 
 
 def test_copy_block_copies_every_layer(pk):
@@ -107,25 +124,37 @@ def test_copy_block_copies_every_layer(pk):
 
 
 def test_free_returns_blocks_and_a_freed_sequence_is_reused(pk):
-    actions = prompt10() + [["fork", 0], ["free", 0], ["free", 0], grow(1, 1), ["free", 1], grow(0, 5)]
-    result = run_sharing(pk, actions, B, section=SECTION)
-    records = result["records"]
-    unchanged(records, 4, "free() on an empty sequence", SECTION, block_size=B)
-    equal(f"{where(records, 5)}: copies (seq 1 is the only holder of its last block now)", 0, copies(result)[5],
+    bench, a = with_prompt(pk)
+    b = bench.fork(a)
+    bench.free(a)
+    bench.free(a)
+    unchanged(bench.records, len(bench.records) - 1, "free() on an empty sequence", SECTION, block_size=bench.B)
+    bench.grow(b, 1)
+    equal("copies made by b's write (b is the only holder of its last block now)", 0, bench.copies_by_call()[-1],
           SECTION)
-    equal(f"{where(records, 6)}: blocks with refcount > 0 after freeing everything", 0,
-          sum(1 for r in rules.free_as_zero(records[6]["refcounts"]) if r != 0), SECTION)
-    equal(f"{where(records, 7)}: seq 0's table (a freed sequence starts again from position 0)", 2,
-          len(records[7]["tables"][0]), SECTION)
+    bench.free(b)
+    equal("blocks with refcount > 0 after freeing everything", 0,
+          sum(1 for b in range(bench.n_blocks) if bench.refcount(b) != 0), SECTION)
+    bench.grow(a, 5)
+    equal("a's table after a.free() and 5 new tokens (a freed sequence starts again from position 0)", 2,
+          len(a.blocks), SECTION)
 
 
 def test_sharing_changes_no_result(pk):
     """Forks, copies and frees with paged_step: every logit and every stored K/V equal those of the
-    same script where each fork is a new sequence that prefills its parent's tokens."""
-    actions = [["new"], ["step", [0], [tokens(10, 41)]], ["fork", 0], ["fork", 0],
-               ["step", [0, 1, 2], [[1], tokens(3, 42), [2]]], ["step", [2, 0], [tokens(6, 43), [3]]], ["fork", 2],
-               ["free", 0], ["step", [3, 1], [[4], [5]]], ["new"], ["step", [4, 3], [tokens(5, 44), [6]]]]
-    run_sharing(pk, actions, B, n_blocks=40, section=SECTION, twin=True)
+    same calls where each fork is a new sequence that prefills its parent's tokens."""
+    bench = ForkBench(pk, n_blocks=40)
+    a = bench.new_sequence()
+    bench.step([a], [tokens(10, 41)])
+    b, c = bench.fork(a), bench.fork(a)
+    bench.step([a, b, c], [[1], tokens(3, 42), [2]])
+    bench.step([c, a], [tokens(6, 43), [3]])
+    d = bench.fork(c)
+    bench.free(a)
+    bench.step([d, b], [[4], [5]])
+    e = bench.new_sequence()
+    bench.step([e, d], [tokens(5, 44), [6]])
+    bench.same_as_without_sharing()
 
 
 # ----------------------------------------------------------------------------------- the drivers
