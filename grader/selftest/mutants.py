@@ -692,3 +692,8 @@ assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
 assert all(p in PARTS for m in MUTANTS for p in m.parts)
 assert all(("Spans" in m.bug) == bool(m.also) for m in MUTANTS), "a mutant that spans parts says why (\"Spans ...\")"
 assert all(c.split(".")[0] in m.parts for m in MUTANTS for c in m.checks), "a mutant's checks are of its parts"
+
+# Every check earns its place (earns.py): a check no mutant catches alone among its part's checks
+# says why here (check id -> the reason), e.g. "covered jointly with X because ...".
+JOINT = {}
+assert all(c.split(".")[0] in PARTS for c in JOINT), "JOINT names checks of the registry's parts"

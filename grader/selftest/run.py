@@ -54,7 +54,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
 from grader import feedback, rubric  # noqa: E402
-from grader.selftest import cascade, leaks, strategic  # noqa: E402
+from grader.selftest import cascade, earns, leaks, strategic  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
@@ -471,12 +471,24 @@ def evaluate_strategic(by, failures, notes):
     notes += [f"strategic: {ln}" for ln in lines]
 
 
+def evaluate_earns(subs, failures):
+    """Every check earns its place (earns.py), from the mutants' gradings: only when every mutant of
+    the graded parts was graded (a slice for the hostile corpus proves nothing about it)."""
+    ms = [s for s in subs if s.kind == "mutant"]
+    if {s.name for s in ms} != {m.name for m in mutants_mod.MUTANTS if m.part in PARTS} \
+            or any(s.data is None for s in ms):
+        return
+    losses = {s.name: cascade.check_losses(s.data) for s in ms}
+    failures += earns.unearned(losses, {c.id: c.part for c in rubric.CHECKS.values()}, mutants_mod.JOINT)
+
+
 def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes):
     by = {s.key: s for s in subs}
     for s in subs:
         for p in s.problems:
             failures.append(f"{s.key}: {p}")
     evaluate_strategic(by, failures, notes)
+    evaluate_earns(subs, failures)
     ref = by["reference:reference"]
     if ref.data is not None and abs(ref.score - FULL) > EPS:
         failures.append(f"reference scores {ref.score}, not {FULL}")
@@ -654,6 +666,8 @@ def summarize(subs, wall, failures, notes, kept_root):
           "submissions": [{"key": s.key, "kind": s.kind, "part": s.part, "parts": list(s.parts), "base": s.base,
                            "score": s.score, "public": s.public,
                            "lost": {p: round(s.lost(p), 3) for p in PARTS} if s.data else None,
+                           "checks": {c: round(v, 3) for c, v in cascade.check_losses(s.data).items() if v > EPS}
+                           if s.data else None,
                            "exit": s.exit, "wall": round(s.wall, 2), "problems": s.problems} for s in subs]}
     return {"text": "\n".join(lines), "json": js}
 
