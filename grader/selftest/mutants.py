@@ -466,6 +466,21 @@ MUTANTS = [
       (("    scores, values = [], []\n",
         "    K, V = seq.read(layer, L)\n    return attention_core(q[None, None], K, V, L - 1)[0, 0]\n"
         "    scores, values = [], []\n"),), "b_equiv"),
+    M("bw_no_max", "blockwise_attention",
+      "The softmax takes exp of the raw scores, no maximum subtracted: equal in exact arithmetic, but a score "
+      "above 709 overflows to inf (inf / inf = NaN). Verified: scores of ~10000 give NaN (contract: equal to "
+      "attention_core); small scores match.",
+      (("    weights = [np.exp(s - top) for s in scores]\n", "    weights = [np.exp(s) for s in scores]\n"),), "b_equiv"),
+    M("bw_length_one_rejected", "blockwise_attention",
+      "The length check is off by one (L <= 1): a sequence of one position raises ValueError. Verified: "
+      "length 1 raises ValueError (contract: its output is that position's V).",
+      (("    if L < 1:\n        raise ValueError(\"blockwise_attention needs",
+        "    if L <= 1:\n        raise ValueError(\"blockwise_attention needs"),), "b_equiv"),
+    M("bw_empty_gives_zeros", "blockwise_attention",
+      "A sequence of length 0 attends to nothing and returns zeros instead of raising. Verified: length 0 "
+      "returns a [H, Dh] array of zeros (contract: ValueError).",
+      (("    if L < 1:\n        raise ValueError(\"blockwise_attention needs",
+        "    if L < 1:\n        return np.zeros_like(q)\n        raise ValueError(\"blockwise_attention needs"),), "b_empty"),
 
     # ------------------------------------------------------------ Part 4: sharing and copy-on-write
     M("fork_no_incref", "copy_on_write",
