@@ -76,3 +76,14 @@ def test_run_applies_it_only_to_the_whole_mutant_corpus():
 def test_every_joint_reason_is_a_sentence_for_a_graded_check():
     for c, why in mutants.JOINT.items():
         assert c in rubric.registry.CHECKS and len(why) > 20, (c, why)
+
+
+def test_a_joint_sweep_does_not_count_against_the_targeted_checks():
+    """A sweep (random_ops) catches what every targeted check catches: listed in JOINT, the targeted
+    check's mutant is its own again; not listed, the sweep has no mutant of its own and fails."""
+    losses = one_of_each()
+    losses["m_allocator.bad_ids"]["allocator.random_ops"] = 1.0
+    del losses["m_allocator.random_ops"]
+    failures = earns.unearned(losses, PART_OF, {})
+    assert sorted(f.split()[1] for f in failures) == ["allocator.bad_ids", "allocator.random_ops"], failures
+    assert earns.unearned(losses, PART_OF, {"allocator.random_ops": "a sweep: replays every targeted check"}) == []

@@ -236,6 +236,14 @@ MUTANTS = [
       (("shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)",
         "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh", ("paged_step",)),
 
+    M("alloc_stays_full", "allocator",
+      "Once alloc has found the pool full it remembers it (a flag set with the MemoryError, never cleared), so a "
+      "block given back cannot be allocated again. Verified: 1-block pool, alloc, alloc (MemoryError), decref, "
+      "alloc -> MemoryError (contract: the freed block, 0).",
+      ((_ALLOC_HEAD, "        if not self._free or getattr(self, \"_was_full\", False):\n"
+                     "            self._was_full = True\n"
+                     "            raise MemoryError(f\"all {self.n_blocks} blocks are in use\")\n"),), "a_exhaust"),
+
     # ------------------------------------------------------------- Part 2: paged KV and the paged step
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
@@ -548,6 +556,18 @@ MUTANTS = [
       "free gives every block back and empties the table but leaves length as it was. Verified: after free of "
       "a 6-token sequence, length is 6 (contract: 0), and its next step starts at position 6 with no blocks.",
       (("        self.blocks, self.length = [], 0\n", "        self.blocks = []\n"),), "c_free"),
+    M("fork_empty_raises", "copy_on_write",
+      "fork refuses a sequence that holds no blocks yet (it assumes a prefill came first). Verified: "
+      "PagedSequence(pool).fork() raises ValueError (contract: an empty child sharing nothing, length 0).",
+      (("    def fork(self):\n        child = PagedSequence(self.pool)\n",
+        "    def fork(self):\n        if not self.blocks:\n            raise ValueError(\"nothing to share\")\n"
+        "        child = PagedSequence(self.pool)\n"),), "c_fork"),
+    M("free_empty_raises", "copy_on_write",
+      "free of a sequence that holds no blocks raises (taken for a double free). Verified: free() on a new "
+      "sequence, and a second free(), raise ValueError (contract: free() on an empty sequence does nothing).",
+      (("    def free(self):\n        for b in self.blocks:",
+        "    def free(self):\n        if not self.blocks:\n            raise ValueError(\"nothing to free\")\n"
+        "        for b in self.blocks:"),), "c_free"),
     M("cow_copies_first_block", "copy_on_write",
       "Copy-on-write copies the table's FIRST block instead of the shared last one (and decrefs the last): the "
       "new last block holds the wrong K/V. Verified: after a fork of a 6-token sequence (B=4) reserve(1) on the "
@@ -611,6 +631,10 @@ MUTANTS += [
       "under two keys, two cache references on it. Verified: insert(Y Z, [A's block 0, own block]) returns 2 "
       "(contract: 1) and A's block 0 gets refcount 3 with one holder.",
       (("if key not in self._block and b not in self._lru]", "if key not in self._block]"),), "pc_keys"),
+    M("insert_counts_all_blocks", "prefix_cache",
+      "insert returns the number of full blocks of the tokens, not how many it newly cached. Verified: inserting "
+      "the same 13 tokens (blocks of 4) twice returns 3 both times (contract: 3, then 0).",
+      (("        return len(new)\n", "        return len(keys)\n"),), "pc_keys"),
     M("no_cache_reference", "prefix_cache",
       "insert does not incref: the cache holds no reference of its own, so a cached block is free once its "
       "sequence is, and evict decrefs a reference a sequence holds. Verified: after insert, refcount(b) is 1 "
