@@ -53,6 +53,11 @@ def log_sum_exp(q, seq, layer):
 FORMULATIONS = {"log_sum_exp": log_sum_exp}     # Part 3 alone, judged on Part 3's checks only
 
 
+def formulation(name):
+    """A Part 3 formulation as an implementation: only blockwise_attention."""
+    return types.SimpleNamespace(blockwise_attention=FORMULATIONS[name])
+
+
 def writes_bonus(path):
     """A variant written before the bonus existed is not judged on it."""
     with open(path, encoding="utf-8") as f:
@@ -148,7 +153,7 @@ def main(argv=None):
     bad = 0
     for name, path in impls.items():
         if path is None:        # a Part 3 formulation: that part's checks alone
-            pk = types.SimpleNamespace(blockwise_attention=FORMULATIONS[name])
+            pk = formulation(name)
             mine = [c for c in checks or bound if c.startswith("blockwise_attention.")]
             report, failed = measure(pk, ref, range(args.seeds), mine, bound)
         else:
