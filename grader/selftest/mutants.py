@@ -734,5 +734,44 @@ assert all(c.split(".")[0] in m.parts for m in MUTANTS for c in m.checks), "a mu
 
 # Every check earns its place (earns.py): a check no mutant catches alone among its part's checks
 # says why here (check id -> the reason), e.g. "covered jointly with X because ...".
-JOINT = {}
-assert all(c.split(".")[0] in PARTS for c in JOINT), "JOINT names checks of the registry's parts"
+_POOL_VIEW = ("every Part 1 check but lowest_free_first judges the whole pool view (refcounts, n_used, n_free, "
+              "peak_used) after each call (judges.pool_judge), so a bug in ")
+_STEP_LOGITS = ("Part 2's logits checks judge the same logits of the same paged_step (1e-10), each on scripts that "
+                "start with prefills and continue with steps: a bug in the step's arithmetic or positions shows in "
+                "all of them; they differ in the shape of their inputs (")
+_SHARING = ("Part 4's scripts are all judged by the contract's sharing rules on the submission's own tables "
+            "(rules.sharing_violation: refcounts, copies, K/V read back, leaks after every action), so a bug in ")
+JOINT = {
+    "allocator.refcounts": _POOL_VIEW + "incref, decref or the counters shows in every script that makes those calls; "
+                           "refcounts is the one made mostly of them",
+    "allocator.peak_used": _POOL_VIEW + "peak_used shows after the first alloc of every script; peak_used's own "
+                           "script (empty the pool, refill past the old peak) is where it is said plainly",
+    "allocator.exhaustion": _POOL_VIEW + "a full pool shows wherever a script fills the pool (bad_ids' and "
+                            "copy_block's full pools too)",
+    "paged_step.prefill": _STEP_LOGITS + "one-shot prompts here)",
+    "paged_step.chunked_prefill": _STEP_LOGITS + "one prompt in chunks of 1 to 13 here)",
+    "paged_step.decode_batches": _STEP_LOGITS + "mixed decode batches and a poked position here)",
+    "paged_step.configs": _STEP_LOGITS + "other Configs and block sizes 1 to 64 here)",
+    "copy_on_write.copy_when_needed": _SHARING + "when to copy shows in every script whose sharers write",
+    "copy_on_write.n_minus_1": _SHARING + "the count of copies shows in every script with sharers that write",
+    "copy_on_write.copied_data": _SHARING + "copied K/V shows in every script that reads after a copy",
+    "copy_on_write.sharing_invariance": "the same scripts with and without sharing must give the same "
+                                        "logits and K/V, so every sharing bug that changes a result shows here and "
+                                        "in the targeted script it breaks",
+    "copy_on_write.parallel_sampling": "the driver (lab/decoding.py) runs fork, copy-on-write and free, Part 4's "
+                                       "own calls, on a prompt the scripts also cover: what breaks it breaks a "
+                                       "sharing script first",
+    "copy_on_write.beam_search": "the driver (lab/decoding.py) runs fork and free of beams, Part 4's own calls: "
+                                 "what breaks it breaks a sharing script first",
+    "prefix_cache.keys": "eviction's scripts insert and look up the same whole-prefix keys and compare insert's "
+                         "count and the blocks cached, so a key bug shows in both",
+}
+# A sweep replays the calls of its part's targeted checks: it needs no mutant of its own and does not
+# count against theirs (check id -> why).
+SWEEPS = {
+    "allocator.random_ops": "a sweep: long random sequences of the calls the targeted checks make (alloc, incref, "
+                            "decref, copy_block, refcount, bad ids), on the same pool view; it is there for the "
+                            "interleavings no targeted script writes out, so what it finds a targeted check finds too",
+}
+assert all(c.split(".")[0] in PARTS for c in {**JOINT, **SWEEPS}), "JOINT and SWEEPS name checks of the parts"
+assert not set(JOINT) & set(SWEEPS), "a check is either covered jointly or a sweep"

@@ -479,7 +479,8 @@ def evaluate_earns(subs, failures):
             or any(s.data is None for s in ms):
         return
     losses = {s.name: cascade.check_losses(s.data) for s in ms}
-    failures += earns.unearned(losses, {c.id: c.part for c in rubric.CHECKS.values()}, mutants_mod.JOINT)
+    failures += earns.unearned(losses, {c.id: c.part for c in rubric.CHECKS.values()}, mutants_mod.JOINT,
+                               mutants_mod.SWEEPS)
 
 
 def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes):
