@@ -10,6 +10,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
     not labelled with, nor, when it names its checks, in another check or public test; the reference
     and every correct variant pass every public test, none skipped but a bonus not attempted;
+  * every check earns its place (earns.py): a mutant it alone of its part's checks catches, or a line
+    in mutants.JOINT or SWEEPS saying why not (judged when every mutant was graded);
   * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
