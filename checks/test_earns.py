@@ -64,13 +64,13 @@ def test_run_applies_it_only_to_the_whole_mutant_corpus():
         {"name": report.test_name(rubric.CHECKS[target[m.name]]), "score": 0, "max_score": 3, "tags": [m.part]}]})
         for m in graded]
     failures = []
-    run.evaluate_earns(subs, failures)
+    run.evaluate_earns(subs, failures, [])
     unearned = {c for c in PART_OF if c not in target.values()}
     excused = set(mutants.JOINT) | set(mutants.SWEEPS)
     named = {f.split()[1] for f in failures if "earns no place" in f}
     assert unearned - excused and named == unearned - excused, failures[:3]
     failures = []
-    run.evaluate_earns(subs[:5], failures)
+    run.evaluate_earns(subs[:5], failures, [])
     assert failures == []
 
 
