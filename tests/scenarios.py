@@ -726,8 +726,30 @@ def blockwise_inputs(cfg, n_blocks, block_size, seed, case):
                                  block_size=block_size, cfg=cfg)
     q = np.random.default_rng(case["q_seed"]).standard_normal((cfg.n_heads, cfg.d_head))
     if "q_scale" in case:       # optional: large scores, where a softmax without its max overflows
-        q = q * case["q_scale"]
+        q = large_scores(pool, q, case, block_size)
     return pool, q
+
+
+def large_scores(pool, q, case, block_size):
+    """The query of a large-scores case: one head (chosen by q_seed) whose largest score is
+    case["q_scale"] (above 709, where exp overflows), the others' at most 20 (so a maximum taken over
+    all heads leaves them exp = 0 everywhere). Fair to every correct formulation: K on a grid of
+    quarters and q of 1/64ths make every score exact in any summation order (d_head a power of 4),
+    and V is scaled by 1/8, so the rounding of a score near 1000 (a log-sum-exp's) stays far under
+    the tolerance. Changes pool.k and pool.v in place."""
+    pool.k[:] = np.round(pool.k * 4) / 4
+    pool.v *= 0.125
+    used = list(case["table"])[:-(-case["length"] // block_size)]
+    pos = np.arange(case["length"])
+    keys = pool.k[case["layer"], np.array(used, dtype=np.int64)[pos // block_size], pos % block_size]  # [L, H, Dh]
+    rng = np.random.default_rng(case["q_seed"] + 1)
+    top = np.full(q.shape[0], 0.0)
+    top[int(rng.integers(q.shape[0]))] = case["q_scale"]
+    for h in range(q.shape[0]):
+        raw = keys[:, h] @ q[h] / np.sqrt(q.shape[1])
+        big = raw[np.argmax(np.abs(raw))]
+        q[h] *= (top[h] or rng.uniform(2, 20)) / (big or 1.0)     # the head's largest |score| is its top, positive
+    return np.round(q * 64) / 64
 
 
 def served_one_block_at_a_time(pool, refused):

@@ -38,7 +38,7 @@ def plan_tables_layers(rng):
     large = attention("large scores (a softmax needs each head's own maximum)", rng, None, 16, pick(rng, (3, 5)),
                       rng.integers(2, 30, 4), [0, 1, 1, 0])
     for c in large.inputs["cases"]:
-        c["q_scale"] = float(rng.uniform(300, 1000))
+        c["q_scale"] = float(rng.uniform(800, 1000))
     return cases + [large]
 
 

@@ -236,6 +236,14 @@ MUTANTS = [
       (("shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)",
         "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh", ("paged_step",)),
 
+    M("alloc_stays_full", "allocator",
+      "Once alloc has found the pool full it remembers it (a flag set with the MemoryError, never cleared), so a "
+      "block given back cannot be allocated again. Verified: 1-block pool, alloc, alloc (MemoryError), decref, "
+      "alloc -> MemoryError (contract: the freed block, 0).",
+      ((_ALLOC_HEAD, "        if not self._free or getattr(self, \"_was_full\", False):\n"
+                     "            self._was_full = True\n"
+                     "            raise MemoryError(f\"all {self.n_blocks} blocks are in use\")\n"),), "a_exhaust"),
+
     # ------------------------------------------------------------- Part 2: paged KV and the paged step
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
@@ -466,6 +474,21 @@ MUTANTS = [
       (("    scores, values = [], []\n",
         "    K, V = seq.read(layer, L)\n    return attention_core(q[None, None], K, V, L - 1)[0, 0]\n"
         "    scores, values = [], []\n"),), "b_equiv"),
+    M("bw_no_max", "blockwise_attention",
+      "The softmax takes exp of the raw scores, no maximum subtracted: equal in exact arithmetic, but a score "
+      "above 709 overflows to inf (inf / inf = NaN). Verified: scores of ~10000 give NaN (contract: equal to "
+      "attention_core); small scores match.",
+      (("    weights = [np.exp(s - top) for s in scores]\n", "    weights = [np.exp(s) for s in scores]\n"),), "b_equiv"),
+    M("bw_length_one_rejected", "blockwise_attention",
+      "The length check is off by one (L <= 1): a sequence of one position raises ValueError. Verified: "
+      "length 1 raises ValueError (contract: its output is that position's V).",
+      (("    if L < 1:\n        raise ValueError(\"blockwise_attention needs",
+        "    if L <= 1:\n        raise ValueError(\"blockwise_attention needs"),), "b_equiv"),
+    M("bw_empty_gives_zeros", "blockwise_attention",
+      "A sequence of length 0 attends to nothing and returns zeros instead of raising. Verified: length 0 "
+      "returns a [H, Dh] array of zeros (contract: ValueError).",
+      (("    if L < 1:\n        raise ValueError(\"blockwise_attention needs",
+        "    if L < 1:\n        return np.zeros_like(q)\n        raise ValueError(\"blockwise_attention needs"),), "b_empty"),
 
     # ------------------------------------------------------------ Part 4: sharing and copy-on-write
     M("fork_no_incref", "copy_on_write",
@@ -533,6 +556,18 @@ MUTANTS = [
       "free gives every block back and empties the table but leaves length as it was. Verified: after free of "
       "a 6-token sequence, length is 6 (contract: 0), and its next step starts at position 6 with no blocks.",
       (("        self.blocks, self.length = [], 0\n", "        self.blocks = []\n"),), "c_free"),
+    M("fork_empty_raises", "copy_on_write",
+      "fork refuses a sequence that holds no blocks yet (it assumes a prefill came first). Verified: "
+      "PagedSequence(pool).fork() raises ValueError (contract: an empty child sharing nothing, length 0).",
+      (("    def fork(self):\n        child = PagedSequence(self.pool)\n",
+        "    def fork(self):\n        if not self.blocks:\n            raise ValueError(\"nothing to share\")\n"
+        "        child = PagedSequence(self.pool)\n"),), "c_fork"),
+    M("free_empty_raises", "copy_on_write",
+      "free of a sequence that holds no blocks raises (taken for a double free). Verified: free() on a new "
+      "sequence, and a second free(), raise ValueError (contract: free() on an empty sequence does nothing).",
+      (("    def free(self):\n        for b in self.blocks:",
+        "    def free(self):\n        if not self.blocks:\n            raise ValueError(\"nothing to free\")\n"
+        "        for b in self.blocks:"),), "c_free"),
     M("cow_copies_first_block", "copy_on_write",
       "Copy-on-write copies the table's FIRST block instead of the shared last one (and decrefs the last): the "
       "new last block holds the wrong K/V. Verified: after a fork of a 6-token sequence (B=4) reserve(1) on the "
@@ -596,6 +631,10 @@ MUTANTS += [
       "under two keys, two cache references on it. Verified: insert(Y Z, [A's block 0, own block]) returns 2 "
       "(contract: 1) and A's block 0 gets refcount 3 with one holder.",
       (("if key not in self._block and b not in self._lru]", "if key not in self._block]"),), "pc_keys"),
+    M("insert_counts_all_blocks", "prefix_cache",
+      "insert returns the number of full blocks of the tokens, not how many it newly cached. Verified: inserting "
+      "the same 13 tokens (blocks of 4) twice returns 3 both times (contract: 3, then 0).",
+      (("        return len(new)\n", "        return len(keys)\n"),), "pc_keys"),
     M("no_cache_reference", "prefix_cache",
       "insert does not incref: the cache holds no reference of its own, so a cached block is free once its "
       "sequence is, and evict decrefs a reference a sequence holds. Verified: after insert, refcount(b) is 1 "
@@ -692,3 +731,47 @@ assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
 assert all(p in PARTS for m in MUTANTS for p in m.parts)
 assert all(("Spans" in m.bug) == bool(m.also) for m in MUTANTS), "a mutant that spans parts says why (\"Spans ...\")"
 assert all(c.split(".")[0] in m.parts for m in MUTANTS for c in m.checks), "a mutant's checks are of its parts"
+
+# Every check earns its place (earns.py): a check no mutant catches alone among its part's checks
+# says why here (check id -> the reason), e.g. "covered jointly with X because ...".
+_POOL_VIEW = ("every Part 1 check but lowest_free_first judges the whole pool view (refcounts, n_used, n_free, "
+              "peak_used) after each call (judges.pool_judge), so a bug in ")
+_STEP_LOGITS = ("Part 2's logits checks judge the same logits of the same paged_step (1e-10), each on scripts that "
+                "start with prefills and continue with steps: a bug in the step's arithmetic or positions shows in "
+                "all of them; they differ in the shape of their inputs (")
+_SHARING = ("Part 4's scripts are all judged by the contract's sharing rules on the submission's own tables "
+            "(rules.sharing_violation: refcounts, copies, K/V read back, leaks after every action), so a bug in ")
+JOINT = {
+    "allocator.refcounts": _POOL_VIEW + "incref, decref or the counters shows in every script that makes those calls; "
+                           "refcounts is the one made mostly of them",
+    "allocator.peak_used": _POOL_VIEW + "peak_used shows after the first alloc of every script; peak_used's own "
+                           "script (empty the pool, refill past the old peak) is where it is said plainly",
+    "allocator.exhaustion": _POOL_VIEW + "a full pool shows wherever a script fills the pool (bad_ids' and "
+                            "copy_block's full pools too)",
+    "paged_step.prefill": _STEP_LOGITS + "one-shot prompts here)",
+    "paged_step.chunked_prefill": _STEP_LOGITS + "one prompt in chunks of 1 to 13 here)",
+    "paged_step.decode_batches": _STEP_LOGITS + "mixed decode batches and a poked position here)",
+    "paged_step.configs": _STEP_LOGITS + "other Configs and block sizes 1 to 64 here)",
+    "copy_on_write.copy_when_needed": _SHARING + "when to copy shows in every script whose sharers write",
+    "copy_on_write.n_minus_1": _SHARING + "the count of copies shows in every script with sharers that write",
+    "copy_on_write.copied_data": _SHARING + "copied K/V shows in every script that reads after a copy",
+    "copy_on_write.sharing_invariance": "the same scripts with and without sharing must give the same "
+                                        "logits and K/V, so every sharing bug that changes a result shows here and "
+                                        "in the targeted script it breaks",
+    "copy_on_write.parallel_sampling": "the driver (lab/decoding.py) runs fork, copy-on-write and free, Part 4's "
+                                       "own calls, on a prompt the scripts also cover: what breaks it breaks a "
+                                       "sharing script first",
+    "copy_on_write.beam_search": "the driver (lab/decoding.py) runs fork and free of beams, Part 4's own calls: "
+                                 "what breaks it breaks a sharing script first",
+    "prefix_cache.keys": "eviction's scripts insert and look up the same whole-prefix keys and compare insert's "
+                         "count and the blocks cached, so a key bug shows in both",
+}
+# A sweep replays the calls of its part's targeted checks: it needs no mutant of its own and does not
+# count against theirs (check id -> why).
+SWEEPS = {
+    "allocator.random_ops": "a sweep: long random sequences of the calls the targeted checks make (alloc, incref, "
+                            "decref, copy_block, refcount, bad ids), on the same pool view; it is there for the "
+                            "interleavings no targeted script writes out, so what it finds a targeted check finds too",
+}
+assert all(c.split(".")[0] in PARTS for c in {**JOINT, **SWEEPS}), "JOINT and SWEEPS name checks of the parts"
+assert not set(JOINT) & set(SWEEPS), "a check is either covered jointly or a sweep"

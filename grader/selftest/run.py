@@ -10,6 +10,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
     not labelled with, nor, when it names its checks, in another check or public test; the reference
     and every correct variant pass every public test, none skipped but a bonus not attempted;
+  * every check earns its place (earns.py): a mutant it alone of its part's checks catches, or a line
+    in mutants.JOINT or SWEEPS saying why not (judged when every mutant was graded);
   * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
@@ -54,7 +56,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO)) if str(REPO) not in sys.path else None
 
 from grader import feedback, rubric  # noqa: E402
-from grader.selftest import cascade, leaks, strategic  # noqa: E402
+from grader.selftest import cascade, earns, leaks, strategic  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
 
@@ -471,12 +473,30 @@ def evaluate_strategic(by, failures, notes):
     notes += [f"strategic: {ln}" for ln in lines]
 
 
+def evaluate_earns(subs, failures, notes):
+    """Every check earns its place (earns.py), from the mutants' gradings: only when every mutant of
+    the graded parts was graded (a slice for the hostile corpus proves nothing about it). Enforced at
+    seed 0, whose inputs the mutants were checked on; at another seed only noted."""
+    ms = [s for s in subs if s.kind == "mutant"]
+    if {s.name for s in ms} != {m.name for m in mutants_mod.MUTANTS if m.part in PARTS} \
+            or any(s.data is None for s in ms):
+        return
+    losses = {s.name: cascade.check_losses(s.data) for s in ms}
+    found = earns.unearned(losses, {c.id: c.part for c in rubric.CHECKS.values()}, mutants_mod.JOINT,
+                           mutants_mod.SWEEPS)
+    if KNOWN:
+        failures += found
+    else:
+        notes += [f"earns (not enforced at this seed): {f}" for f in found]
+
+
 def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes):
     by = {s.key: s for s in subs}
     for s in subs:
         for p in s.problems:
             failures.append(f"{s.key}: {p}")
     evaluate_strategic(by, failures, notes)
+    evaluate_earns(subs, failures, notes)
     ref = by["reference:reference"]
     if ref.data is not None and abs(ref.score - FULL) > EPS:
         failures.append(f"reference scores {ref.score}, not {FULL}")
@@ -654,6 +674,8 @@ def summarize(subs, wall, failures, notes, kept_root):
           "submissions": [{"key": s.key, "kind": s.kind, "part": s.part, "parts": list(s.parts), "base": s.base,
                            "score": s.score, "public": s.public,
                            "lost": {p: round(s.lost(p), 3) for p in PARTS} if s.data else None,
+                           "checks": {c: round(v, 3) for c, v in cascade.check_losses(s.data).items() if v > EPS}
+                           if s.data else None,
                            "exit": s.exit, "wall": round(s.wall, 2), "problems": s.problems} for s in subs]}
     return {"text": "\n".join(lines), "json": js}
 

@@ -1,0 +1,100 @@
+"""The hidden checks judged in this process, for our own corpus only (the reference, its variants and
+mutants): the same plans, scenarios and judges as a grading, without the sandbox, so a measurement
+over many seeds (margins.py) costs seconds, not a grading per seed.
+
+Never for a submission: student code only runs in the sandbox (grader/sandbox.py). A case whose
+scenario raised here is failed (None is a pass, anything else the judge's message or why).
+"""
+import importlib
+import importlib.util
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+for _d in (os.path.join(REPO, "lab"), os.path.join(REPO, "tests"), REPO):
+    if _d not in sys.path:
+        sys.path.insert(0, _d)
+
+import registry  # noqa: E402    tests/registry.py
+import scenarios  # noqa: E402
+from explain import hidden_feedback  # noqa: E402
+
+from grader.hidden.compare import ranges_for  # noqa: E402
+from grader.hidden.conftest import Context, bind, rng_for  # noqa: E402
+
+
+def load(path, tag):
+    """Import a paged_kv.py file as a fresh module named paged_kv_TAG."""
+    spec = importlib.util.spec_from_file_location(f"paged_kv_{tag}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_text(text, tag):
+    """Import a paged_kv.py text (a mutant's) as a fresh module."""
+    d = tempfile.mkdtemp(prefix=f"inprocess-{tag}-")
+    path = os.path.join(d, "paged_kv.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return load(path, tag)
+
+
+def bound_checks():
+    """{check id: (plan, judge)} of every hidden module, in the registry's order."""
+    out = {}
+    for part in registry.PARTS:
+        out.update(bind(importlib.import_module(f"grader.hidden.{part.test_file[:-3]}")))
+    return out
+
+
+def _batch(pk, calls):
+    try:
+        return scenarios.batch(pk, calls), None
+    except Exception as e:  # noqa: BLE001  (our own corpus: a mutant's crash fails its cases)
+        return None, f"the scenario raised {type(e).__name__}: {e}"
+
+
+_EXPECTED = {}      # (reference module's name, check id, seed) -> its answers: computed once
+
+
+def judge_check(pk, ref, check_id, seed, bound=None, seen=None):
+    """[None or message per case] of one check at one seed, pk judged against the reference ref;
+    seen: a list to append each (case, expected, got) to."""
+    plan, judge = (bound or bound_checks())[check_id]
+    cases = plan(rng_for(seed, check_id))
+    calls = [[c.scenario, c.inputs] for c in cases]
+    key = (ref.__name__, check_id, seed)
+    if key not in _EXPECTED:
+        _EXPECTED[key], why = _batch(ref, calls)
+        assert why is None, f"the reference's {check_id}: {why}"
+    expected = _EXPECTED[key]
+    got, why = _batch(pk, calls)
+    if why:
+        return [why] * len(cases)
+    out = []
+    for case, e, g in zip(cases, expected, got):
+        if seen is not None:
+            seen.append((case, e, g))
+        second = None
+        if case.second is not None:
+            second, why = _batch(pk, case.second(e, g))
+            if why:
+                out.append(why)
+                continue
+        with hidden_feedback(ranges_for(case)):
+            try:
+                out.append(judge(case, e, g, Context(None, check_id, second)))
+            except AssertionError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                out.append(f"the judge could not read the answer ({type(e).__name__})")
+    return out
+
+
+def failed_checks(pk, ref, seed=0, checks=None):
+    """The ids of the checks (of `checks`, default all) with a failed case at this seed."""
+    bound = bound_checks()
+    return [c for c in (checks or bound) if any(m is not None for m in judge_check(pk, ref, c, seed, bound))]
