@@ -40,13 +40,16 @@ def test_a_cached_seed_is_read_back_not_recomputed(state):
         asked.append(check_id)
         return [{"blocks": [check_id, 1], "kv": np.arange(4.0)}], 0.25
 
-    first = refcache.answers(3, ["a", "b"], compute)
-    again = refcache.answers(3, ["a", "b"], compute)
-    assert asked == ["a", "b"]
+    first = refcache.answers(3, ["a", "b"], compute)       # marks the seed
+    refcache.answers(3, ["a", "b"], compute)                # stores its answers
+    again = refcache.answers(3, ["a", "b"], compute)        # reads them back
+    assert asked == ["a", "b"] * 2
     assert all(refcache.identical(first[c][0], again[c][0]) and again[c][1] == 0.25 for c in "ab")
-    refcache.answers(4, ["a"], compute)         # another seed
-    refcache.answers(None, ["a"], compute)      # not isolated: never cached
-    assert asked == ["a", "b", "a", "a"]
+    refcache.answers(3, ["a", "c"], compute)
+    assert asked == ["a", "b"] * 2 + ["c"]      # a check not stored yet: only it
+    for _ in range(3):
+        refcache.answers(None, ["a"], compute)  # not isolated: never cached
+    assert asked == ["a", "b"] * 2 + ["c"] + ["a"] * 3
     assert oct(os.stat(next((state / "reference").iterdir())).st_mode & 0o777) == "0o700"
 
 
@@ -58,10 +61,10 @@ def test_answers_that_do_not_round_trip_are_computed_every_time(state):
         asked.append(check_id)
         return ([(1, 2)] if check_id == "tuple" else [[1, 2]]), 0.5
 
-    for _ in range(2):
+    for _ in range(3):
         got = refcache.answers(0, ["tuple", "list"], compute)
         assert got["tuple"][0] == [(1, 2)] and type(got["tuple"][0][0]) is tuple
-    assert asked == ["tuple", "list", "tuple"]
+    assert asked == ["tuple", "list"] * 2 + ["tuple"]
 
 
 @root_only
@@ -69,4 +72,14 @@ def test_an_unreadable_file_is_recomputed(state):
     where = refcache.folder("grader-x")
     (where / "seed-0.wire").write_bytes(b"not a frame")
     assert refcache.load(where, 0) == {}
+    (where / "seed-0.seen").touch()
     assert refcache.answers(0, ["a"], lambda c: ([1], 0.1))["a"] == ([1], 0.1)
+    assert refcache.load(where, 0) == {"a": ([1], 0.1)}       # replaced by a good one
+
+
+@root_only
+def test_a_seed_graded_once_stores_nothing(state):
+    for seed in range(5):
+        refcache.answers(seed, ["a"], lambda c: ([1], 0.1))
+    where = refcache.folder("grader-x")
+    assert not list(where.glob("*.wire")) and len(list(where.glob("*.seen"))) == 5

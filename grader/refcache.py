@@ -12,7 +12,10 @@ folder of runtime.STATE_DIR that no sandbox can see (its new root holds neither 
 writable folder of root's), and in the wire format: plain data, no pickle. A value is stored only if
 wire.decode gives it back exactly (the same types, dtypes, shapes and bits: tuples and numpy scalars
 do not round-trip, so a check whose answers hold them is simply computed every time). Anything
-unreadable is recomputed, never trusted. At most KEEP seeds per grader are kept, the oldest dropped.
+unreadable is recomputed, never trusted. A seed's answers are stored the second time it is graded
+(the first leaves a mark): a class batch grades each student at a seed of their own, and storing
+20 MB that no grading reads again would cost more than it saves. At most KEEP seeds per grader are
+kept, the oldest dropped.
 """
 import hashlib
 import math
@@ -26,6 +29,7 @@ from grader import runtime, wire
 from grader.fingerprint import grader_hash
 
 KEEP = 4                   # seeds kept per grader (about 20 MB each)
+MARKS = 256                # seeds graded once, remembered per grader (empty files)
 GRADERS = 4                # graders (checkouts, versions) kept side by side on one machine
 _LIMIT = 1 << 30           # a cache file is ours: the wire's caps against a hostile sender do not apply
 
@@ -121,5 +125,19 @@ def answers(seed, check_ids, compute):
     for check_id in check_ids:
         out[check_id] = cached.get(check_id) or computed.setdefault(check_id, compute(check_id))
     if where and computed:
-        store(where, seed, computed)
+        mark = where / f"seed-{seed}.seen"
+        if cached or mark.exists():
+            store(where, seed, computed)
+        else:
+            _mark(where, mark)
     return out
+
+
+def _mark(where, mark):
+    try:
+        mark.touch()
+        marks = sorted(where.glob("seed-*.seen"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in marks[MARKS:]:
+        _remove(old)
