@@ -241,3 +241,40 @@ def test_a_uid_that_can_run_nothing_is_named_not_taken_for_a_busy_one(tmp_path, 
         runtime.claim_uid(5)
     assert str(err.value).startswith("cannot run a process as sandbox uid ")       # the first free one's
     assert "Permission denied" in str(err.value) and "in use" not in str(err.value)
+
+
+# ---------------------------------------------------------------- the probe proves the chain itself
+
+REFERENCE = Path(__file__).resolve().parents[1] / "solution" / "paged_kv.py"
+
+
+def test_a_probe_without_the_smoke_program_still_names_the_cause(tmp_path, monkeypatch):
+    """Sandbox(check=False) (grade.py's import probe) runs no smoke program; when its worker cannot
+    start, the call raises the same diagnosis the constructor would have, not a bare grader error."""
+    from grader import sandbox
+    monkeypatch.setattr(sandbox, "_CHECKED", set())
+    monkeypatch.setattr(sandbox.runtime, "for_this_user", lambda folder: runtime.Runtime(sys.executable, str(tmp_path)))
+    with pytest.raises(RuntimeError) as err:
+        sandbox.Sandbox(REFERENCE, isolate=False)
+    box = sandbox.Sandbox(REFERENCE, isolate=False, check=False)
+    try:
+        with pytest.raises(RuntimeError) as late:
+            box.check_import()
+    finally:
+        box.close()
+    assert "numpy" in str(late.value) and str(late.value) == str(err.value)
+
+
+def test_a_worker_that_started_spares_the_next_sandbox_its_smoke_program(monkeypatch):
+    """Once a worker has written "started" (it imported numpy through the whole chain), a sandbox
+    made after it runs no smoke program: one launch fewer per grading."""
+    from grader import sandbox
+    monkeypatch.setattr(sandbox, "_CHECKED", set())
+    smoked = []
+    real = runtime.check
+    monkeypatch.setattr(sandbox.runtime, "check", lambda *a, **k: smoked.append(1) or real(*a, **k))
+    with sandbox.Sandbox(REFERENCE, isolate=False, check=False) as probe:
+        assert probe.check_import().status == "ok"
+    with sandbox.Sandbox(REFERENCE, isolate=False) as box:
+        assert box.check_import().status == "ok"
+    assert smoked == []

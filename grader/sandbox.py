@@ -103,12 +103,15 @@ class Reply:
 
 class Sandbox:
     def __init__(self, submission: str | os.PathLike, *, isolate: bool | None = None, job: int = 0,
-                 scenarios_file: str | os.PathLike | None = None, hide=(), share=()):
+                 scenarios_file: str | os.PathLike | None = None, hide=(), share=(), check=True):
         """submission: a paged_kv.py (or a folder holding one). job: index of a parallel grading job,
         so concurrent sandboxes use distinct uids and folders. scenarios_file replaces
         tests/scenarios.py (tests); hide: more paths the submission must not see (results; for a
         file, its folder is hidden); share: folders the worker sees, at their own paths, in its new
-        root (for tests that watch a submission's side effects; nothing else outside exists)."""
+        root (for tests that watch a submission's side effects; nothing else outside exists).
+        check=False: no smoke program now; the first call proves the chain instead (its worker
+        imports numpy before "started"), and only a call the machine failed runs it, to raise the
+        diagnosis (grade.py's import probe: one launch fewer per grading)."""
         root = os.geteuid() == 0
         self.isolate = root if isolate is None else bool(isolate)
         if self.isolate and not root:
@@ -137,7 +140,8 @@ class Sandbox:
             self._finalizer = weakref.finalize(self, _release, None, self._scratch)
             self._runtime = runtime.for_this_user(self._scratch / "site")
             self._env_extra = {"CS349E_SANDBOX": secrets.token_hex(8)}   # marks orphans to reap
-        self._check_runtime()
+        if check:
+            self._check_runtime()
 
     # ------------------------------------------------------------------------------ public API
 
@@ -211,6 +215,8 @@ class Sandbox:
                 finally:
                     _rmtree(call_dir)
                 reply = _verdict(attempts, retry)
+                if reply and reply.status == "grader_error":
+                    self._check_runtime()       # a chain that cannot run numpy says why (RuntimeError)
                 if reply:
                     return replace(reply, seconds=time.monotonic() - start, staff=_staff(attempts))
 
@@ -236,6 +242,8 @@ class Sandbox:
             write_end = err_write = None
             try:
                 got = _collect(read_end, err_read, worker, deadline)
+                if got.started:                 # the chain ran numpy: what the smoke program proves
+                    self._checked()
             finally:
                 self._kill_tree(worker)
             if got.outcome == "exited":
@@ -358,6 +366,10 @@ class Sandbox:
             os.chown(d, 0, self.uid)
             os.chmod(d, 0o750)
         return d
+
+    def _checked(self):
+        with _CHECKED_LOCK:
+            _CHECKED.add((self.isolate, self._runtime.python))
 
     def _check_runtime(self):
         """Once per process and runtime: the whole launch chain runs numpy, or a clear RuntimeError."""
