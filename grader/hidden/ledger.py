@@ -6,7 +6,9 @@ reads refcount, the drivers count n_used), are not charged for Part 1's bug.
 It keeps only what those probes found broken: the references, n_used, n_free, peak_used and
 n_copies. The ids (alloc), the storage (k, v) and the copy (copy_block: its K/V are Part 4's) stay
 the submission's own, so nothing Part 4 owns is done for it. It frees a block in the submission's
-pool (its decref, refcount 1 there: no other call reached it) only when the last reference goes.
+pool (its decref, refcount 1 there: no other call reached it) only when the last reference goes;
+when that decref raises (the bug), the block is the ledger's to hand out again once the pool's own
+alloc has none left, as a lowest-free-first pool would (such bugs reject the pool's last ids).
 
 This file is sent as source text with the Part 4 and 5 calls only (conftest), so it never reaches
 Part 1's calls; scenarios.working_pool builds it there. It is self-contained for that reason.
@@ -19,6 +21,7 @@ class Ledger:
         self._pool, self.cfg, self.n_blocks, self.block_size = pool, cfg, n_blocks, block_size
         self._ref = [0] * n_blocks
         self.n_copies, self.peak_used = 0, 0
+        self._lost = set()          # freed here, but the submission's decref refused them
 
     # the submission's storage, whatever working_pool left there
     @property
@@ -67,7 +70,14 @@ class Ledger:
         return b
 
     def alloc(self):
-        return self._taken(self._pool.alloc())
+        try:
+            return self._taken(self._pool.alloc())
+        except MemoryError:
+            if not self._lost:
+                raise
+        b = min(self._lost)
+        self._lost.discard(b)
+        return self._taken(b)
 
     def incref(self, b):
         self._ref[self._in_use(b)] += 1
@@ -78,8 +88,8 @@ class Ledger:
         if self._ref[b] == 0:
             try:
                 self._pool.decref(b)
-            except ValueError:          # the submission's own decref is what is broken: the block stays lost to it
-                pass
+            except ValueError:          # the submission's own decref is what is broken
+                self._lost.add(b)
 
     def refcount(self, b):
         return self._ref[self._id(b)]
