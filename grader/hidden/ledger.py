@@ -23,6 +23,12 @@ class Ledger:
         self.n_copies, self.peak_used = 0, 0
         self._lost = set()          # freed here, but the submission's decref refused them
 
+    def __getattr__(self, name):
+        """What the ledger does not keep is the submission's pool's own (its internals, if its code reads them)."""
+        if name == "_pool":
+            raise AttributeError(name)
+        return getattr(self._pool, name)
+
     # the submission's storage, whatever working_pool left there
     @property
     def k(self):
