@@ -1,16 +1,17 @@
 """The grader's own book of references, put in front of a submission's pool whose incref, decref,
 refcount or n_free do not do what the contract says (scenarios.refcount_probe, capacity_probe), so
-that Parts 4 and 5, which are judged through those calls (fork increfs, free decrefs, copy-on-write
-reads refcount, the drivers count n_used), are not charged for Part 1's bug.
+that Parts 2, 4 and 5, which are judged through those calls (fork increfs, free decrefs, copy-on-write
+reads refcount, a step counts on n_free, the drivers count n_used), are not charged for Part 1's bug.
 
 It keeps only what those probes found broken: the references, n_used, n_free, peak_used and
-n_copies. The ids (alloc), the storage (k, v) and the copy (copy_block: its K/V are Part 4's) stay
+n_copies. The ids (alloc, as far as it works), the storage (k, v) and the copy (copy_block: its K/V are Part 4's) stay
 the submission's own, so nothing Part 4 owns is done for it. It frees a block in the submission's
-pool (its decref, refcount 1 there: no other call reached it) only when the last reference goes;
-when that decref raises (the bug), the block is the ledger's to hand out again once the pool's own
-alloc has none left, as a lowest-free-first pool would (such bugs reject the pool's last ids).
+pool (its decref, refcount 1 there: no other call reached it) only when the last reference goes.
+Where the pool's own alloc fails while the ledger has blocks free (MemoryError too early: a block
+its decref refused, one it never hands out; an id that is not one, or one still held), the ledger
+hands out its lowest free block itself, as the contract's pool would.
 
-This file is sent as source text with the Part 4 and 5 calls only (conftest), so it never reaches
+This file is sent as source text with the Part 2, 4 and 5 calls only (conftest), so it never reaches
 Part 1's calls; scenarios.working_pool builds it there. It is self-contained for that reason.
 """
 import numbers
@@ -21,7 +22,6 @@ class Ledger:
         self._pool, self.cfg, self.n_blocks, self.block_size = pool, cfg, n_blocks, block_size
         self._ref = [0] * n_blocks
         self.n_copies, self.peak_used = 0, 0
-        self._lost = set()          # freed here, but the submission's decref refused them
 
     def __getattr__(self, name):
         """What the ledger does not keep is the submission's pool's own (its internals, if its code reads them)."""
@@ -77,13 +77,15 @@ class Ledger:
 
     def alloc(self):
         try:
-            return self._taken(self._pool.alloc())
-        except MemoryError:
-            if not self._lost:
-                raise
-        b = min(self._lost)
-        self._lost.discard(b)
-        return self._taken(b)
+            b = self._id(self._pool.alloc())
+            if self._ref[b] == 0:
+                return self._taken(b)
+        except (MemoryError, ValueError):
+            pass
+        free = [b for b, r in enumerate(self._ref) if r == 0]
+        if not free:
+            raise MemoryError(f"all {self.n_blocks} blocks are in use")
+        return self._taken(free[0])
 
     def incref(self, b):
         self._ref[self._in_use(b)] += 1
@@ -94,8 +96,8 @@ class Ledger:
         if self._ref[b] == 0:
             try:
                 self._pool.decref(b)
-            except ValueError:          # the submission's own decref is what is broken
-                self._lost.add(b)
+            except ValueError:          # the submission's own decref is what is broken: alloc copes
+                pass
 
     def refcount(self, b):
         return self._ref[self._id(b)]
