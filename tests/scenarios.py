@@ -87,8 +87,8 @@ def new_pool(pk, cfg, n_blocks, block_size):
 def working_pool(pk, cfg, n_blocks, block_size, ledger=None):
     """A pool for Parts 2, 4 and 5 (and the drivers): new_pool, with its storage replaced by the test's
     float64 zeros of the contract's shape when it is not float64 (a float32 pool cannot hold the
-    test's K/V or give float64 logits). The storage's dtype is Part 1's, charged by its own check
-    (pool_layout), so it does not also cost every step and copy-on-write case.
+    test's K/V or give float64 logits), or missing. The storage's dtype is Part 1's, charged by its
+    own check (pool_layout), so it does not also cost every step and copy-on-write case.
 
     ledger: None (the public tests), or the source of a book of references the hidden grader sends
     with Part 4's and 5's calls. It stands in front of the pool only when refcount_probe or
@@ -104,10 +104,11 @@ def working_pool(pk, cfg, n_blocks, block_size, ledger=None):
 
 
 def _storage_float64(pool, cfg, n_blocks, block_size):
+    """The pool, its k and v float64 zeros of the contract's shape when they are missing or not float64."""
     shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
     for name in ("k", "v"):
         try:
-            if np.asarray(getattr(pool, name)).dtype != np.float64:
+            if not hasattr(pool, name) or np.asarray(getattr(pool, name)).dtype != np.float64:
                 setattr(pool, name, np.zeros(shape))
         except Exception:  # noqa: BLE001  (a storage the test cannot read or replace stays as it is)
             pass
