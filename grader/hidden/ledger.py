@@ -11,6 +11,10 @@ Where the pool's own alloc fails while the ledger has blocks free (MemoryError t
 its decref refused, one it never hands out; an id that is not one, or one still held; an error),
 the ledger hands out its lowest free block itself, as the contract's pool would.
 
+Whether it stands in is decided in the submission's process, from probes the submission could fake:
+that buys nothing, as it is a correct pool's book, and Parts 2, 4 and 5 are judged through it as
+strictly as through a working pool (strategic.py's pairs whose sacrifice brings it: losses add up).
+
 This file is sent as source text with the Part 2, 4 and 5 calls only (conftest), so it never reaches
 Part 1's calls; scenarios.working_pool builds it there. It is self-contained for that reason.
 """
