@@ -337,7 +337,8 @@ class Grading:
 def _with_ledger(check_id, calls):
     """A Part 2, 4 or 5 check's calls, each with the ledger's source (scenarios.working_pool: it stands in
     for the pool's references only when the submission's own incref, decref, refcount or n_free fail
-    on a pool of their own). Part 1's and 3's calls never carry it: a pool could borrow it."""
+    on a pool of their own). Part 1's and 3's calls never carry it: a pool could borrow it. Part 2's
+    carry it as the twins of Parts 4 and 5 (step_scripts) do, so it cannot tell a twin from a check."""
     if rubric.CHECKS[check_id].part not in LEDGER_PARTS:
         return calls
     return [[name, {**inputs, "ledger": LEDGER}] for name, inputs in calls]
