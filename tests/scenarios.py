@@ -328,11 +328,13 @@ def put_kv(pool, table, start, n, seed, lo=0, hi=None):
     return True
 
 
-def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=()):
+def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=(), ledger=None):
     """The ids a fresh pool of this implementation hands out, in order until it is full, after the
     test's own pool actions `setup`: Part 2 names a block by its place in this order, so which id the
-    allocator picks (Part 1's business) cannot change Part 2's verdict."""
-    pool = new_pool(pk, config(cfg), n_blocks, block_size)
+    allocator picks (Part 1's business) cannot change Part 2's verdict. The pool is made as the
+    script's own is (working_pool: with the ledger when it stands in there)."""
+    cfg = config(cfg)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     held = []
     for op, *args in setup:
         _pool_action(pool, held, op, args)
@@ -452,7 +454,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if action[0] not in ("alloc", "release", "fill"):
             break
         setup.append(action)
-    order = alloc_order(pk, cfg, n_blocks, block_size, setup)
+    order = alloc_order(pk, cfg, n_blocks, block_size, setup, ledger)
     pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     seqs, held = [], []
 
