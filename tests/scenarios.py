@@ -84,16 +84,31 @@ def new_pool(pk, cfg, n_blocks, block_size):
     return build("BlockPool", pk.BlockPool, cfg, n_blocks, block_size)
 
 
-def working_pool(pk, cfg, n_blocks, block_size):
+def working_pool(pk, cfg, n_blocks, block_size, ledger=None):
     """A pool for Parts 2, 4 and 5 (and the drivers): new_pool, with its storage replaced by the test's
     float64 zeros of the contract's shape when it is not float64 (a float32 pool cannot hold the
-    test's K/V or give float64 logits). The storage's dtype is Part 1's, charged by its own check
-    (pool_layout), so it does not also cost every step and copy-on-write case."""
-    pool = new_pool(pk, cfg, n_blocks, block_size)
+    test's K/V or give float64 logits), or missing. The storage's dtype is Part 1's, charged by its
+    own check (pool_layout), so it does not also cost every step and copy-on-write case.
+
+    ledger: None (the public tests), or the source of a book of references the hidden grader sends
+    with Part 4's and 5's calls. It stands in front of the pool only when refcount_probe or
+    capacity_probe show, on a pool of its own, that incref, decref, refcount or n_free do not do
+    what the contract says: those are Part 1's, charged by Part 1's checks, and Parts 4 and 5 are
+    judged through them. A pool that passes both probes is always used as it is."""
+    pool = _storage_float64(new_pool(pk, cfg, n_blocks, block_size), cfg, n_blocks, block_size)
+    if ledger is None or (refcount_probe(pk, cfg) is None and capacity_probe(pk, cfg) is None):
+        return pool
+    space = {}
+    exec(compile(ledger, "ledger", "exec"), space)      # noqa: S102  (the grader's own source, sent as data)
+    return space["Ledger"](pool, cfg, n_blocks, block_size)
+
+
+def _storage_float64(pool, cfg, n_blocks, block_size):
+    """The pool, its k and v float64 zeros of the contract's shape when they are missing or not float64."""
     shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
     for name in ("k", "v"):
         try:
-            if np.asarray(getattr(pool, name)).dtype != np.float64:
+            if not hasattr(pool, name) or np.asarray(getattr(pool, name)).dtype != np.float64:
                 setattr(pool, name, np.zeros(shape))
         except Exception:  # noqa: BLE001  (a storage the test cannot read or replace stays as it is)
             pass
@@ -313,11 +328,13 @@ def put_kv(pool, table, start, n, seed, lo=0, hi=None):
     return True
 
 
-def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=()):
+def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=(), ledger=None):
     """The ids a fresh pool of this implementation hands out, in order until it is full, after the
     test's own pool actions `setup`: Part 2 names a block by its place in this order, so which id the
-    allocator picks (Part 1's business) cannot change Part 2's verdict."""
-    pool = new_pool(pk, config(cfg), n_blocks, block_size)
+    allocator picks (Part 1's business) cannot change Part 2's verdict. The pool is made as the
+    script's own is (working_pool: with the ledger when it stands in there)."""
+    cfg = config(cfg)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     held = []
     for op, *args in setup:
         _pool_action(pool, held, op, args)
@@ -413,7 +430,7 @@ def refcount_probe(pk, cfg=None):
     return result if error is None else {"call": current[0], "error": error["kind"]}
 
 
-def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False):
+def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False, ledger=None):
     """Part 2's scripts: sequences advanced by paged_step, reserve, write and read, on a pool the test
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
     test's setup (its pool actions before the first sequence action), "records": one per action}.
@@ -437,8 +454,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         if action[0] not in ("alloc", "release", "fill"):
             break
         setup.append(action)
-    order = alloc_order(pk, cfg, n_blocks, block_size, setup)
-    pool = working_pool(pk, cfg, n_blocks, block_size)
+    order = alloc_order(pk, cfg, n_blocks, block_size, setup, ledger)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     seqs, held = [], []
 
     def new():
@@ -550,7 +567,7 @@ def grow(pool, seq, n, seed):
         done += piece
 
 
-def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
+def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=(), ledger=None):
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
     storage through its table after each action. Returns {"records", "copy_probe"}.
 
@@ -564,7 +581,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     """
     cfg = config(cfg)
     prm = params(cfg, param_seed)
-    pool = working_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     seqs, records = [], []
 
     def new():
@@ -843,11 +860,11 @@ def in_use(pool):
 
 
 def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=1.0, seed=0,
-             n_blocks=64, block_size=16, choose_seed=None):
+             n_blocks=64, block_size=16, choose_seed=None, ledger=None):
     """parallel_sample on a fresh pool: the samples and the pool watched after every step. With
     choose_seed, the test picks the tokens (_chosen): the samples then say nothing of the logits."""
     cfg = config(cfg)
-    pool = working_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     samples, stats, watched = _drive(pk, "parallel_sample", pool, _chosen(cfg.vocab, choose_seed),
                                      params=params(cfg, param_seed), cfg=cfg,
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
@@ -856,12 +873,13 @@ def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=
             "refcount_probe": refcount_probe(pk, cfg)}
 
 
-def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None):
+def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None,
+          ledger=None):
     """beam_search on a fresh pool: the beams (score, tokens) and the pool watched after every step. With
     choose_seed, the test picks every beam's log-probabilities (_chosen), so which beams survive, fork
     and die does not depend on the logits."""
     cfg = config(cfg)
-    pool = working_pool(pk, cfg, n_blocks, block_size)
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)
     out, stats, watched = _drive(pk, "beam_search", pool, _chosen(cfg.vocab, choose_seed),
                                  params=params(cfg, param_seed), cfg=cfg,
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
@@ -915,7 +933,7 @@ def bonus_stub(pk, part=None):
     return first
 
 
-def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions=(), twin=True):
+def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions=(), twin=True, ledger=None):
     """Part 5's scripts: requests prefilled through one PrefixCache, sequences the test builds itself,
     and the cache's own calls. Returns {"records": one per action, "twins": per action, what a
     request's twin needs (prefix_twin: {"h": the hit blocks it shares, "pokes": the test's overwrite
@@ -950,7 +968,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     stub = bonus_stub(pk)
     if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
         raise stub
-    pool = working_pool(pk, cfg, n_blocks, block_size)      # as its twin's (a step_script) storage
+    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)      # as its twin's (a step_script) storage
     cache = pk.PrefixCache(pool)
     seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
     maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain

@@ -46,6 +46,8 @@ from grader.hidden.compare import ranges_for
 from grader.sandbox import DEFAULT_DEADLINE, Reply, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
+LEDGER = Path(__file__).with_name("ledger.py").read_text()     # scenarios.working_pool: Part 1's references
+LEDGER_PARTS = ("paged_step", "copy_on_write", "prefix_cache")   # judged through incref, decref, refcount, n_free
 DEADLINE_PER_REF_SECOND = 20.0   # a correct solution 10x slower than the reference still fits, 2x over
 
 
@@ -174,7 +176,7 @@ class Grading:
         return scenarios.batch(self.reference, self._calls(check_id)), time.perf_counter() - start
 
     def _calls(self, check_id):
-        return [[c.scenario, c.inputs] for c in self.plans[check_id]]
+        return _with_ledger(check_id, [[c.scenario, c.inputs] for c in self.plans[check_id]])
 
     def _deadline(self, check_ids):
         return max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * sum(self.ref_seconds[c] for c in check_ids))
@@ -212,7 +214,7 @@ class Grading:
             for i, case in enumerate(self.plans[check_id]):
                 if case.second is not None:
                     try:
-                        calls[i] = case.second(self.expected[check_id][i], data[i])
+                        calls[i] = _with_ledger(check_id, case.second(self.expected[check_id][i], data[i]))
                     except Exception:       # noqa: BLE001  (the first answer has a form no plan foresaw)
                         calls[i] = None
             self.second_calls[check_id] = calls
@@ -337,6 +339,16 @@ class Grading:
         self.executor.shutdown(wait=True)
         while not self.sandboxes.empty():
             self.sandboxes.get().close()
+
+
+def _with_ledger(check_id, calls):
+    """A Part 2, 4 or 5 check's calls, each with the ledger's source (scenarios.working_pool: it stands in
+    for the pool's references only when the submission's own incref, decref, refcount or n_free fail
+    on a pool of their own). Part 1's and 3's calls never carry it: a pool could borrow it. Part 2's
+    carry it as the twins of Parts 4 and 5 (step_scripts) do, so it cannot tell a twin from a check."""
+    if rubric.CHECKS[check_id].part not in LEDGER_PARTS:
+        return calls
+    return [[name, {**inputs, "ledger": LEDGER}] for name, inputs in calls]
 
 
 def _no_answer(reply, part_no):

@@ -22,7 +22,7 @@ fails and is not listed, and on one that is listed but holds (trim the list as t
 """
 from dataclasses import dataclass
 
-from grader.selftest import mutants
+from grader.selftest import mutants, unseen
 
 PARTS = mutants.PARTS
 
@@ -187,9 +187,12 @@ BUGS = {b.name: b for b in (
 )}
 for _m in ("count_ignores_copies", "fork_eager_copy", "cow_on_full_block", "hit_tokens_counts_blocks",
            "evict_most_recent_first", "key_block_content", "evict_before_taking_hits", "peak_never_updated",
-           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse"):
+           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse", "copy_block_no_v"):
     _mut = mutants.BY_NAME[_m]
     BUGS[_m] = Bug(_m, _mut.part, "mutants.py: " + _mut.bug.split(". ")[0], _mut.edits)
+for _b in unseen.BUGS:
+    if _b.name in ("incref_rejects_shared", "refcount_rejects_block0"):    # natural sacrifices that bring the ledger
+        BUGS[_b.name] = Bug(_b.name, _b.part, "unseen.py: " + _b.what, _b.edits)
 
 PAIRS = [
     Pair("fork_raises+prefill_45", "fork_raises", ("prefill_45",),
@@ -225,6 +228,10 @@ PAIRS = [
          "Part 3 uses storage the test fills: a Part 2 bug changes nothing there"),
     Pair("blocks_plus_one+alloc_fifo", "blocks_floor_plus_one", ("alloc_fifo_reuse",),
          "a Part 2 table bug keeps its loss when Part 1's order fails (tables are named up to renaming)"),
+    Pair("copy_no_v+incref_shared", "copy_block_no_v", ("incref_rejects_shared",),
+         "a Part 1 bug that puts the grader's ledger in front of the pool does not copy K/V for the submission"),
+    Pair("stale_table+refcount_block0", "stale_table_write", ("refcount_rejects_block0",),
+         "nor does the ledger hide a Part 4 bug of the step (refcount(0) raising brings it on every Part 4 call)"),
 ]
 
 TRICKS = [
