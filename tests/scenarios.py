@@ -427,7 +427,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     sequence sharing seq i's blocks, its first n full blocks when n is given: the test sets its blocks
     and length and increfs each block, as a fork or a cache hit would), ["fit", idx, chunks] /
     ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
-    more, counted by the contract's rule on the state observed now, then runs the step).
+    more, counted by the contract's rule on the state observed now, then runs the step), ["grow", i, n, seed]
+    (sharing_script's grow: a sharing script's twin replays it as it was).
     A script that shares blocks also returns "copy_probe" (copy_runs).
     """
     cfg = config(cfg)
@@ -489,6 +490,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
 
     calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
              "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
+             "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
              "fit": fitted(0), "miss": fitted(1),
              "alloc": lambda: _pool_action(pool, held, "alloc", ()),
              "release": lambda h: _pool_action(pool, held, "release", (h,)),
@@ -532,6 +534,24 @@ def step_need(pool, seqs, sizes):
     return need + sum(min(w, as_int(pool.refcount(b)) - 1) for b, w in writers.items())
 
 
+def grow(pool, seq, n, seed):
+    """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
+    `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
+    any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
+    sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
+    block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
+    B, done, first = pool.block_size, 0, as_int(seq.length)
+    if first == 0 and not list(seq.blocks):
+        seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
+    while done < n:
+        piece = min(n - done, B)
+        seq.reserve(piece)
+        if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
+            raise IndexError("after reserve, the table has too few blocks for the new positions")
+        seq.length = first + done + piece
+        done += piece
+
+
 def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
     """Part 4's scripts: sequences forked, freed and advanced, with every sequence's K and V read from
     storage through its table after each action. Returns {"records", "copy_probe"}.
@@ -557,28 +577,11 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         seqs.append(seqs[i].fork())
         return len(seqs) - 1
 
-    def grow(i, n, seed):
-        """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
-        `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
-        any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
-        sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
-        block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
-        seq, B, done, first = seqs[i], pool.block_size, 0, as_int(seqs[i].length)
-        if first == 0 and not list(seq.blocks):
-            seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
-        while done < n:
-            piece = min(n - done, B)
-            seq.reserve(piece)
-            if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
-                raise IndexError("after reserve, the table has too few blocks for the new positions")
-            seq.length = first + done + piece
-            done += piece
-
     def step(idx, chunks):
         return [as_array(o) for o in pk.paged_step(prm, cfg, [seqs[i] for i in idx], [list(c) for c in chunks])]
 
-    calls = {"new": new, "fork": fork, "free": lambda i: seqs[i].free(), "grow": grow, "step": step,
-             "reserve": lambda i, n: seqs[i].reserve(n)}
+    calls = {"new": new, "fork": fork, "free": lambda i: seqs[i].free(), "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
+             "step": step, "reserve": lambda i, n: seqs[i].reserve(n)}
     for op, *args in actions:
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
@@ -593,10 +596,10 @@ def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
 
 
 def unshared_script(actions):
-    """The twin of a sharing script of new, fork, free and step: the same script where every fork is a
-    new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step that
-    depends on how a prompt is chunked does the same on both sides), and every free leaves its
-    sequence for a new one,
+    """The twin of a sharing script of new, fork, free, step and grow: the same script where every fork
+    is a new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step
+    that depends on how a prompt is chunked does the same on both sides), and grows as its parent grew
+    (the same K/V from the same seeds), and every free leaves its sequence for a new one,
     as step_script actions (Part 2's kind of call: the implementation cannot tell it from one).
     Returns {"actions", "last": per sharing action, the index of its last step_script record, "seqs":
     per sharing action, the step_script sequence each sharing sequence is then}. Histories assume
@@ -613,18 +616,28 @@ def unshared_script(actions):
         elif op == "fork":
             where.append(new())
             history.append(list(history[args[0]]))
-            out += [["step", [where[-1]], [list(c)]] for c in history[-1]]
+            out += [_replayed(where[-1], h) for h in history[-1]]
         elif op == "free":
             where[args[0]], history[args[0]] = new(), []
         elif op == "step":
             out.append(["step", [where[i] for i in args[0]], [list(c) for c in args[1]]])
             for i, c in zip(*args):
                 history[i].append(list(c))
+        elif op == "grow":
+            out.append(["grow", where[args[0]], *args[1:]])
+            history[args[0]].append(("grow", *args[1:]))
         else:
-            raise ValueError(f"a twin replays new, fork, free and step only, not {op}")
+            raise ValueError(f"a twin replays new, fork, free, step and grow only, not {op}")
         last.append(len(out) - 1)
         seqs.append(list(where))
     return {"actions": out, "last": last, "seqs": seqs}
+
+
+def _replayed(seq, entry):
+    """One entry of a sequence's history (a chunk it was stepped by, or a grow) as an action on `seq`."""
+    if isinstance(entry, tuple):
+        return ["grow", seq, *entry[1:]]
+    return ["step", [seq], [list(entry)]]
 
 
 # ------------------------------------------------------------------------------ Part 3 scenario
@@ -758,12 +771,22 @@ def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
 # ---------------------------------------------------------------------------- Part 4: the drivers
 class _StepWatch:
     """paged_kv as the lab's drivers import it: the implementation's PagedSequence, and its paged_step
-    noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so."""
+    noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so. With
+    test_prefill (the test chooses the tokens, so no logits are read), the driver's prefill of its
+    empty first sequence is the test's own (grow: its blocks, its K/V): how many blocks a prompt of
+    many tokens takes on an empty sequence is Part 2's count, judged by Part 2's checks, while the
+    drivers judge fork, free and copy-on-write on the decodes that follow."""
 
-    def __init__(self, pk):
+    def __init__(self, pk, test_prefill=False):
         self.PagedSequence, self._step, self.raised = pk.PagedSequence, pk.paged_step, False
+        self._test_prefill = test_prefill
 
     def paged_step(self, params, cfg, seqs, chunks):
+        if self._test_prefill and seqs and all(as_int(s.length) == 0 and not list(s.blocks) for s in seqs):
+            self._test_prefill = False
+            for s, chunk in zip(seqs, chunks):
+                grow(s.pool, s, len(chunk), len(chunk))
+            return [np.zeros((len(chunk), cfg.vocab)) for chunk in chunks]
         try:
             out = self._step(params, cfg, seqs, chunks)
             if len(out) != len(seqs) or any(np.shape(o)[-1:] != (cfg.vocab,) for o in out):
@@ -793,7 +816,7 @@ def _drive(pk, fn, pool, choices=None, **kw):
     import decoding  # the lab's drivers use `paged_kv` from sys.modules: make it this implementation
     saved = sys.modules.get("paged_kv")
     kept = {name: getattr(decoding, name) for name in ("_record", *(choices or {}))}
-    steps, watched_pk = [], _StepWatch(pk)
+    steps, watched_pk = [], _StepWatch(pk, test_prefill=bool(choices))
 
     def watch(stats, pool_, seqs):
         kept["_record"](stats, pool_, seqs)
