@@ -15,7 +15,7 @@ worker of its own (`ctx.second`).
 import functools
 
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (append_violation, copy_note, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from rules import (append_violation, copy_note, first_move, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -133,7 +133,8 @@ def part2_judge(fields):
                 or not _records_ok(got.get("records"), len(expected["records"]), {"op", "error", "lengths", "tables"}):
             return _wrong_form()
         try:
-            e_view, g_view = part2_view(expected), part2_view(got)
+            moved = first_move(got["records"])      # the submission's: then both sides name blocks by lifetime
+            e_view, g_view = part2_view(expected, moved=moved), part2_view(got, moved=moved)
         except (KeyError, TypeError, ValueError, AttributeError):
             return _wrong_form()
         block_size = case.inputs["block_size"]
