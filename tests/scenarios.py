@@ -427,7 +427,9 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     sequence sharing seq i's blocks, its first n full blocks when n is given: the test sets its blocks
     and length and increfs each block, as a fork or a cache hit would), ["fit", idx, chunks] /
     ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
-    more, counted by the contract's rule on the state observed now, then runs the step), ["grow", i, n, seed]
+    more, counted by the contract's rule on the state observed now, then runs the step), ["take_rest"] (the
+    test takes every block alloc still hands out, until MemoryError: a full pool whatever n_free
+    says, Part 1's), ["grow", i, n, seed]
     (sharing_script's grow: a sharing script's twin replays it as it was).
     A script that shares blocks also returns "copy_probe" (copy_runs).
     """
@@ -488,7 +490,16 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
             return step(idx, chunks, allow_unfinished=True)
         return run
 
+    def take_rest():
+        for _ in range(n_blocks):
+            try:
+                held.append(pool.alloc())
+            except MemoryError:
+                return None
+        return None
+
     calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+             "take_rest": take_rest,
              "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
              "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
              "fit": fitted(0), "miss": fitted(1),
@@ -509,7 +520,29 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
            "refcount_probe": refcount_probe(pk, cfg)}
     if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
         out["copy_probe"] = copy_runs(pk, cfg)
+    if any(a[0] in ("fit", "miss", "reserve") for a in actions):   # a step that fits: whether reserve copies too often
+        out["cow_probe"] = cow_probe(pk, cfg)
     return out
+
+
+def cow_probe(pk, cfg=None):
+    """Whether reserve copies a partly filled last block nobody shares (Part 4's copy-on-write rule
+    broken), on a pool of its own: a sequence with 2 of 4 positions of a block of the test's, then
+    reserve(1). True when its block was replaced, False when not, the error's kind when a call raised.
+    Such a copy takes a block the contract's count does not have, so a Part 2 step that fits the free
+    blocks exactly then runs out, and its failure names Part 4."""
+    def run():
+        pool = new_pool(pk, config(cfg), 4, 4)
+        seq = pk.PagedSequence(pool)
+        grow(pool, seq, 2, 0)
+        before = [as_int(b) for b in seq.blocks]
+        seq.reserve(1)
+        return [as_int(b) for b in seq.blocks] != before
+    try:
+        result, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return result if error is None else error["kind"]
 
 
 def copy_runs(pk, cfg=None):

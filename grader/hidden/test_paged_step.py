@@ -164,7 +164,7 @@ def plan_bad_input(rng):
                ["step", [], []], ["step", [0], [tokens(rng, L - 3, small)], True],
                ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True],
                ["reserve", 1, 0], ["reserve", 1, -2], ["reserve", 1, 1]]
-    full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]]] + [["alloc"]] * 6
+    full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]], ["take_rest"]]     # whatever n_free says
     full += [["step", [1], [tokens(rng, B, small)]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
              ["step", [0], [tokens(rng, L, small)]], ["step", [0], [[V - 1]]]]
     return [step_case("bad tokens and lengths", actions, cfg=small, block_size=B, n_blocks=40),
