@@ -969,7 +969,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     refuse: "filled" holds the test's last block with length 1, "reserved" the same with length 0,
     "other_pool" is on another pool).
     After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
-    and n_hit_tokens.
+    and n_hit_tokens. "alone": per action, for a request that raised, what paged_step alone does with
+    its prompt on an empty sequence of a pool of its own (step_alone), else None.
 
     The twin of a request whose table starts with h of its hits (prefix_twin) is the same prompt
     prefilled without the cache, a call of its own (in the grader: another worker), never run here. Its
@@ -1086,7 +1087,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
              "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
              "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
-    records = []
+    records, alone = [], []
     for op, *args in actions:
         before = len(twins)
         result, error = attempt(calls[op], *args)
@@ -1094,12 +1095,27 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
             twins.append(None)
         if op == "request" and error is not None:
             seqs[-1]["made"] = []
+        alone.append(step_alone(pk, cfg, prm, block_size, args[0]) if op == "request" and error is not None else None)
         records.append({"op": [op, *args], "result": result, "error": error,
                         "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
                         "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
                         "n_cached": observe(lambda: cache.n_cached),
                         "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
-    return {"records": records, "twins": twins}
+    return {"records": records, "twins": twins, "alone": alone}
+
+
+def step_alone(pk, cfg, prm, block_size, tokens):
+    """The kind of error paged_step raises for `tokens` on an empty sequence of an ample pool of its own,
+    or None when it runs: cached_prefill computes the rest of a prompt with paged_step (Part 2's), so
+    a request that raised names Part 2 when this is not None."""
+    def run():
+        pool = new_pool(pk, cfg, 2 * (-(-len(tokens) // block_size)) + 4, block_size)
+        pk.paged_step(prm, cfg, [pk.PagedSequence(pool)], [list(tokens)])
+    try:
+        _, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return None if error is None else error["kind"]
 
 
 def shared_hits(table, hits, prompt_len, rows, block_size):

@@ -462,7 +462,8 @@ _PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached
 def _prefix_ok(expected, got):
     """The submission's prefix_script answer has the scenario's form: the same actions, tables and held
     blocks as lists of ints, a request's hits as ints and rows as an int, a twin's plan per action."""
-    if not isinstance(got, dict) or set(got) != {"records", "twins"}:
+    if not isinstance(got, dict) or set(got) != {"records", "twins", "alone"} or not isinstance(got["alone"], list) \
+            or len(got["alone"]) != len(expected["records"]):
         return False
     records, twins = got["records"], got["twins"]
     if not isinstance(records, list) or not isinstance(twins, list) or not \
@@ -506,6 +507,15 @@ _PART5_WHAT = {
 
 
 _TEST_POOL_CALLS = ("release", "hold", "hold_until", "unhold")
+
+
+def _alone_note(op, g, alone):
+    """What to add when a request raised while paged_step alone raises on its prompt, on an empty
+    sequence of a pool of its own (scenarios.step_alone): the observation needs Part 2."""
+    if op[0] == "request" and g.get("error") is not None and alone is not None:
+        return (f"\n    (your paged_step alone raises {their(alone, 'kind')} on this prompt, on an empty sequence of a pool "
+                "of its own: cached_prefill computes the rest of the prompt with paged_step (Part 2): fix Part 2 first)")
+    return ""
 
 
 def _part5_note(op, g):
@@ -553,7 +563,9 @@ def prefix_judge(fields, twin=False):
             for f in fields:
                 if f in e and e[f] != g.get(f):
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
-                            f"{_show_named(g.get(f))}" + (_part5_note(expected["records"][n]["op"], g) if f == "error" else ""))
+                            f"{_show_named(g.get(f))}" + ((_alone_note(expected["records"][n]["op"], g, got["alone"][n])
+                                                           or _part5_note(expected["records"][n]["op"], g))
+                                                          if f == "error" else ""))
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))
