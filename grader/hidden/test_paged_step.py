@@ -104,8 +104,10 @@ def plan_all_or_nothing(rng):
         actions = [["new"], ["new"], ["step", [0], [tokens(rng, first)]]]
         # seq 0's token fits, seq 1's prefill does not: the whole step must leave everything as it was
         actions += [["miss", [0, 1], [tokens(rng, 1), tokens(rng, int(rng.integers(2, 4)) * B)]]]
-        actions += [["step", [0, 1], [tokens(rng, 1), tokens(rng, 1)]]]     # what the pool still has is usable
+        actions += [["step", [0, 1], [tokens(rng, 1), tokens(rng, B)]]]     # what the pool still has is usable
         actions += [["reserve", 1, 40 * B], ["miss", [1, 0], [tokens(rng, B + 1), tokens(rng, 2)]]]
+        # seq 1's last block is full, so whether its last step fits is the count's alone: a partly filled
+        # one would also ask whether copy-on-write (Part 4) copies a block nobody shares
         actions += [["step", [1], [tokens(rng, 1)]]]
         cases.append(step_case(f"block size {B}", actions, n_blocks=40, block_size=B))
     B = pick(rng, (3, 4, 5))
