@@ -262,6 +262,7 @@ _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are it
     "poke": "the test overwrites position {1} of seq {0} in pool storage",
     "fill": "the test fills every block's storage with random K/V (a used pool)",
     "release": "pool.decref of the test's block #{0}",
+    "take_rest": "the test takes every block pool.alloc still hands out (until MemoryError)",
     "fork": "seq {0}.fork()", "free": "seq {0}.free()", "reserve": "seq {0}.reserve({1})",
     "write": "seq {0}.write(layer {1}, start {2}, {3} positions)", "read": "seq {0}.read(layer {1}, length {2})",
     "new": "PagedSequence(pool)", "data": "reading block {0}'s K/V from storage",

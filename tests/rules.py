@@ -182,20 +182,25 @@ def canonical(table, order):
     return [where[b] if isinstance(b, int) and b in where else f"id {b}" for b in table]
 
 
-def part2_view(result, order=None):
+def part2_view(result, order=None, moved=None):
     """The Part 2 observables of a step_script result, one record per action: the result (logits,
     reads), the error's kind, the lengths, the tables by allocation order, the K/V read through the
     tables, and for an action that raised, whether it changed anything at all. From the first "share"
     or "mirror" on (blocks are shared, so the next write into a partly filled one copies it) only
-    errors and all-or-nothing are Part 2's: the copy is Part 4's."""
+    errors and all-or-nothing are Part 2's: the copy is Part 4's. From record `moved` on (first_move
+    of the submission's records: a block nobody shared was copied, Part 4's rule broken, which moves
+    the allocation order of every later block) the tables are named by lifetime (lifetime_tables):
+    how many distinct blocks each sequence holds, which stay, which are new."""
     order = result["order"] if order is None else order
     view, before, shared = [], None, False
-    for rec in result["records"]:
+    lifetimes = lifetime_tables(result["records"]) if moved is not None else None
+    for n, rec in enumerate(result["records"]):
         shared = shared or rec["op"][0] in ("share", "mirror")
         row = {"error": error_kind(rec["error"])}
         if not shared:          # a block the test shares: its copy (Part 4) decides tables, K/V and logits
             row.update(result=None if rec["op"][0] == "alloc" else rec["result"], lengths=rec["lengths"],
-                       tables=[canonical(t, order) for t in rec["tables"]])
+                       tables=lifetimes[n] if moved is not None and n >= moved else
+                       [canonical(t, order) for t in rec["tables"]])
             if "kv" in rec:
                 row["kv"] = rec["kv"]
         before = rec.get("before", before)
@@ -204,6 +209,46 @@ def part2_view(result, order=None):
         view.append(row)
         before = rec
     return view
+
+
+def first_move(records):
+    """The index of the first record where, with nothing shared yet, a table's last block (the one
+    holding its last position before the action) was replaced and the rest kept: copy-on-write copied
+    a block nobody shares (Part 4's rule: rules.sharing_violation); None when there is none."""
+    before = None
+    for n, rec in enumerate(records):
+        if rec["op"][0] in ("share", "mirror"):
+            return None
+        if before is not None and rec["error"] is None:
+            for old, new in zip(before["tables"], rec["tables"]):
+                if old and len(new) >= len(old) and new[:len(old) - 1] == old[:-1] and new[len(old) - 1] != old[-1]:
+                    return n
+        before = rec
+    return None
+
+
+def lifetime_tables(records):
+    """Per record, the tables with every block named by when a table first gained it ("L0" the first):
+    a block keeps its name while it stays where it was, and a block that replaced a table's last block
+    takes that block's name (a copy-on-write move, Part 4's); any other block is a new name, the same
+    for every place that holds it. So the names say how many distinct blocks each sequence holds and
+    which stay, whatever ids the pool hands out."""
+    out, before, count = [], [], 0
+    for rec in records:
+        names, row = {}, []
+        for s, table in enumerate(rec["tables"]):
+            old, old_names = before[s] if s < len(before) else ([], [])
+            named = []
+            for p, b in enumerate(table):
+                if p < len(old) and (b == old[p] or p == len(old) - 1) and b not in names:
+                    names[b] = old_names[p]
+                elif b not in names:
+                    names[b], count = f"L{count}", count + 1
+                named.append(names[b])
+            row.append(named)
+        before = [(t, r) for t, r in zip(rec["tables"], row)]
+        out.append(row)
+    return out
 
 
 def short_table(records, block_size):

@@ -444,7 +444,10 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     sequence sharing seq i's blocks, its first n full blocks when n is given: the test sets its blocks
     and length and increfs each block, as a fork or a cache hit would), ["fit", idx, chunks] /
     ["miss", idx, chunks] (the test takes blocks until the step needs exactly the free ones / one
-    more, counted by the contract's rule on the state observed now, then runs the step).
+    more, counted by the contract's rule on the state observed now, then runs the step), ["take_rest"] (the
+    test takes every block alloc still hands out, until MemoryError: a full pool whatever n_free
+    says, Part 1's), ["grow", i, n, seed]
+    (sharing_script's grow: a sharing script's twin replays it as it was).
     A script that shares blocks also returns "copy_probe" (copy_runs).
     """
     cfg = config(cfg)
@@ -504,8 +507,18 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
             return step(idx, chunks, allow_unfinished=True)
         return run
 
+    def take_rest():
+        for _ in range(n_blocks):
+            try:
+                held.append(pool.alloc())
+            except Exception:  # noqa: BLE001  (the kind a full pool raises is Part 1's, judged there)
+                return None
+        return None
+
     calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+             "take_rest": take_rest,
              "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
+             "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
              "fit": fitted(0), "miss": fitted(1),
              "alloc": lambda: _pool_action(pool, held, "alloc", ()),
              "release": lambda h: _pool_action(pool, held, "release", (h,)),
@@ -524,7 +537,29 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
            "refcount_probe": refcount_probe(pk, cfg)}
     if any(a[0] in ("share", "mirror") for a in actions):     # a step here may copy: says whether copy_block runs
         out["copy_probe"] = copy_runs(pk, cfg)
+    if any(a[0] in ("fit", "miss", "reserve") for a in actions):   # a step that fits: whether reserve copies too often
+        out["cow_probe"] = cow_probe(pk, cfg)
     return out
+
+
+def cow_probe(pk, cfg=None):
+    """Whether reserve copies a partly filled last block nobody shares (Part 4's copy-on-write rule
+    broken), on a pool of its own: a sequence with 2 of 4 positions of a block of the test's, then
+    reserve(1). True when its block was replaced, False when not, the error's kind when a call raised.
+    Such a copy takes a block the contract's count does not have, so a Part 2 step that fits the free
+    blocks exactly then runs out, and its failure names Part 4."""
+    def run():
+        pool = new_pool(pk, config(cfg), 4, 4)
+        seq = pk.PagedSequence(pool)
+        grow(pool, seq, 2, 0)
+        before = [as_int(b) for b in seq.blocks]
+        seq.reserve(1)
+        return [as_int(b) for b in seq.blocks] != before
+    try:
+        result, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return result if error is None else error["kind"]
 
 
 def copy_runs(pk, cfg=None):
@@ -611,10 +646,10 @@ def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
 
 
 def unshared_script(actions):
-    """The twin of a sharing script of new, fork, free and step: the same script where every fork is a
-    new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step that
-    depends on how a prompt is chunked does the same on both sides), and every free leaves its
-    sequence for a new one,
+    """The twin of a sharing script of new, fork, free, step and grow: the same script where every fork
+    is a new sequence that prefills its parent's tokens, in the chunks the parent got them (so a step
+    that depends on how a prompt is chunked does the same on both sides), and grows as its parent grew
+    (the same K/V from the same seeds), and every free leaves its sequence for a new one,
     as step_script actions (Part 2's kind of call: the implementation cannot tell it from one).
     Returns {"actions", "last": per sharing action, the index of its last step_script record, "seqs":
     per sharing action, the step_script sequence each sharing sequence is then}. Histories assume
@@ -631,18 +666,28 @@ def unshared_script(actions):
         elif op == "fork":
             where.append(new())
             history.append(list(history[args[0]]))
-            out += [["step", [where[-1]], [list(c)]] for c in history[-1]]
+            out += [_replayed(where[-1], h) for h in history[-1]]
         elif op == "free":
             where[args[0]], history[args[0]] = new(), []
         elif op == "step":
             out.append(["step", [where[i] for i in args[0]], [list(c) for c in args[1]]])
             for i, c in zip(*args):
                 history[i].append(list(c))
+        elif op == "grow":
+            out.append(["grow", where[args[0]], *args[1:]])
+            history[args[0]].append(("grow", *args[1:]))
         else:
-            raise ValueError(f"a twin replays new, fork, free and step only, not {op}")
+            raise ValueError(f"a twin replays new, fork, free, step and grow only, not {op}")
         last.append(len(out) - 1)
         seqs.append(list(where))
     return {"actions": out, "last": last, "seqs": seqs}
+
+
+def _replayed(seq, entry):
+    """One entry of a sequence's history (a chunk it was stepped by, or a grow) as an action on `seq`."""
+    if isinstance(entry, tuple):
+        return ["grow", seq, *entry[1:]]
+    return ["step", [seq], [list(entry)]]
 
 
 # ------------------------------------------------------------------------------ Part 3 scenario
@@ -798,12 +843,22 @@ def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
 # ---------------------------------------------------------------------------- Part 4: the drivers
 class _StepWatch:
     """paged_kv as the lab's drivers import it: the implementation's PagedSequence, and its paged_step
-    noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so."""
+    noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so. With
+    test_prefill (the test chooses the tokens, so no logits are read), the driver's prefill of its
+    empty first sequence is the test's own (grow: its blocks, its K/V): how many blocks a prompt of
+    many tokens takes on an empty sequence is Part 2's count, judged by Part 2's checks, while the
+    drivers judge fork, free and copy-on-write on the decodes that follow."""
 
-    def __init__(self, pk):
+    def __init__(self, pk, test_prefill=False):
         self.PagedSequence, self._step, self.raised = pk.PagedSequence, pk.paged_step, False
+        self._test_prefill = test_prefill
 
     def paged_step(self, params, cfg, seqs, chunks):
+        if self._test_prefill and seqs and all(as_int(s.length) == 0 and not list(s.blocks) for s in seqs):
+            self._test_prefill = False
+            for s, chunk in zip(seqs, chunks):
+                grow(s.pool, s, len(chunk), len(chunk))
+            return [np.zeros((len(chunk), cfg.vocab)) for chunk in chunks]
         try:
             out = self._step(params, cfg, seqs, chunks)
             if len(out) != len(seqs) or any(np.shape(o)[-1:] != (cfg.vocab,) for o in out):
@@ -833,7 +888,7 @@ def _drive(pk, fn, pool, choices=None, **kw):
     import decoding  # the lab's drivers use `paged_kv` from sys.modules: make it this implementation
     saved = sys.modules.get("paged_kv")
     kept = {name: getattr(decoding, name) for name in ("_record", *(choices or {}))}
-    steps, watched_pk = [], _StepWatch(pk)
+    steps, watched_pk = [], _StepWatch(pk, test_prefill=bool(choices))
 
     def watch(stats, pool_, seqs):
         kept["_record"](stats, pool_, seqs)
@@ -954,7 +1009,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     refuse: "filled" holds the test's last block with length 1, "reserved" the same with length 0,
     "other_pool" is on another pool).
     After every action: every sequence's table, the blocks the test holds, every refcount, n_cached
-    and n_hit_tokens.
+    and n_hit_tokens. "alone": per action, for a request that raised, what paged_step alone does with
+    its prompt on an empty sequence of a pool of its own (step_alone), else None.
 
     The twin of a request whose table starts with h of its hits (prefix_twin) is the same prompt
     prefilled without the cache, a call of its own (in the grader: another worker), never run here. Its
@@ -1071,7 +1127,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
              "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
              "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
-    records = []
+    records, alone = [], []
     for op, *args in actions:
         before = len(twins)
         result, error = attempt(calls[op], *args)
@@ -1079,12 +1135,27 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
             twins.append(None)
         if op == "request" and error is not None:
             seqs[-1]["made"] = []
+        alone.append(step_alone(pk, cfg, prm, block_size, args[0]) if op == "request" and error is not None else None)
         records.append({"op": [op, *args], "result": result, "error": error,
                         "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
                         "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
                         "n_cached": observe(lambda: cache.n_cached),
                         "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
-    return {"records": records, "twins": twins}
+    return {"records": records, "twins": twins, "alone": alone}
+
+
+def step_alone(pk, cfg, prm, block_size, tokens):
+    """The kind of error paged_step raises for `tokens` on an empty sequence of an ample pool of its own,
+    or None when it runs: cached_prefill computes the rest of a prompt with paged_step (Part 2's), so
+    a request that raised names Part 2 when this is not None."""
+    def run():
+        pool = new_pool(pk, cfg, 2 * (-(-len(tokens) // block_size)) + 4, block_size)
+        pk.paged_step(prm, cfg, [pk.PagedSequence(pool)], [list(tokens)])
+    try:
+        _, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return None if error is None else error["kind"]
 
 
 def shared_hits(table, hits, prompt_len, rows, block_size):

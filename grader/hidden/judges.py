@@ -15,7 +15,7 @@ worker of its own (`ctx.second`).
 import functools
 
 from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (append_violation, copy_note, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from rules import (append_violation, copy_note, first_move, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -133,7 +133,8 @@ def part2_judge(fields):
                 or not _records_ok(got.get("records"), len(expected["records"]), {"op", "error", "lengths", "tables"}):
             return _wrong_form()
         try:
-            e_view, g_view = part2_view(expected), part2_view(got)
+            moved = first_move(got["records"])      # the submission's: then both sides name blocks by lifetime
+            e_view, g_view = part2_view(expected, moved=moved), part2_view(got, moved=moved)
         except (KeyError, TypeError, ValueError, AttributeError):
             return _wrong_form()
         block_size = case.inputs["block_size"]
@@ -147,13 +148,15 @@ def part2_judge(fields):
                 raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
                 needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"),
-                                                got.get("refcount_probe"))
+                                                got.get("refcount_probe")) or _cow_needed(rec, got["records"][n - 1],
+                                                                                          got.get("cow_probe"))
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
 
 
-_TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref"}
+_TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref",
+               "take_rest": "pool.alloc"}
 
 
 def _pool_needed(rec, raw, capacity, refcounts=None):
@@ -163,15 +166,26 @@ def _pool_needed(rec, raw, capacity, refcounts=None):
     incref, decref or refcount do not work there (scenarios.refcount_probe); "" otherwise."""
     if raw["error"] is None:
         return ""
+    if rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError" \
+            and capacity is not None and rec["op"][0] not in _TEST_CALLS:      # the most precise first
+        return ("this call ran out of blocks, and on a pool of its own your pool.n_free does not say what alloc "
+                f"hands out: {NEEDS_POOL}")
     if rec["error"] is None and refcounts is not None and rec["op"][0] not in _TEST_CALLS:
         return ("this call raised, and on a pool of its own your pool.incref, decref or refcount does not do what "
                 f"the contract says: {NEEDS_POOL}")
     if rec["op"][0] in _TEST_CALLS:
         return f"the test's own {_TEST_CALLS[rec['op'][0]]} raised: {NEEDS_POOL}"
-    if rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError" \
-            and capacity is not None:
-        return ("this call ran out of blocks, and on a pool of its own your pool.n_free does not say what alloc "
-                f"hands out: {NEEDS_POOL}")
+    return ""
+
+
+def _cow_needed(rec, raw, probe):
+    """What to add when a call ran out of blocks where the reference did not, while on a pool of its
+    own reserve copies a partly filled last block nobody shares (scenarios.cow_probe: Part 4's rule
+    broken, so the step needs a block the contract's count does not have); "" otherwise."""
+    if probe is True and rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError":
+        return ("this call ran out of blocks, and on a pool of its own your reserve copies a partly filled last block "
+                "nobody shares (copy-on-write copies only a shared one), which takes a block more than the contract "
+                "counts: fix Part 4 first")
     return ""
 
 
@@ -448,7 +462,8 @@ _PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached
 def _prefix_ok(expected, got):
     """The submission's prefix_script answer has the scenario's form: the same actions, tables and held
     blocks as lists of ints, a request's hits as ints and rows as an int, a twin's plan per action."""
-    if not isinstance(got, dict) or set(got) != {"records", "twins"}:
+    if not isinstance(got, dict) or set(got) != {"records", "twins", "alone"} or not isinstance(got["alone"], list) \
+            or len(got["alone"]) != len(expected["records"]):
         return False
     records, twins = got["records"], got["twins"]
     if not isinstance(records, list) or not isinstance(twins, list) or not \
@@ -492,6 +507,15 @@ _PART5_WHAT = {
 
 
 _TEST_POOL_CALLS = ("release", "hold", "hold_until", "unhold")
+
+
+def _alone_note(op, g, alone):
+    """What to add when a request raised while paged_step alone raises on its prompt, on an empty
+    sequence of a pool of its own (scenarios.step_alone): the observation needs Part 2."""
+    if op[0] == "request" and g.get("error") is not None and alone is not None:
+        return (f"\n    (your paged_step alone raises {their(alone, 'kind')} on this prompt, on an empty sequence of a pool "
+                "of its own: cached_prefill computes the rest of the prompt with paged_step (Part 2): fix Part 2 first)")
+    return ""
 
 
 def _part5_note(op, g):
@@ -539,7 +563,9 @@ def prefix_judge(fields, twin=False):
             for f in fields:
                 if f in e and e[f] != g.get(f):
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
-                            f"{_show_named(g.get(f))}" + (_part5_note(expected["records"][n]["op"], g) if f == "error" else ""))
+                            f"{_show_named(g.get(f))}" + ((_alone_note(expected["records"][n]["op"], g, got["alone"][n])
+                                                           or _part5_note(expected["records"][n]["op"], g))
+                                                          if f == "error" else ""))
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))

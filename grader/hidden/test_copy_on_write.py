@@ -5,8 +5,10 @@ contract's rules on the submission's own tables and refcounts (rules.sharing_vio
 - "step" scripts use paged_step, and must give the same logits and K/V as the same implementation
   without sharing (each fork a new sequence that prefills its parent's tokens in its parent's chunks):
   a second run, a step_script in a worker of its own (inputs.sharing_case, scenarios.unshared_script).
+  Their sequences start with a grow (the test's blocks and K/V) and then step by at most a block, so
+  how many blocks an empty sequence or a chunk of many blocks takes (Part 2's count) is not asked here.
 The drivers run with the tokens (and beam scores) chosen by the test, not drawn from the logits, and
-are judged on the pool they leave after every step. Everything runs on TINY with an ample pool:
+are judged on the pool they leave after every step; their prefill is the test's grow (scenarios._StepWatch). Everything runs on TINY with an ample pool:
 which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
 from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, sharing_case, tokens
 from grader.hidden.judges import beam_judge, sampling_judge, sharing_judge
@@ -32,7 +34,7 @@ def plan_fork(rng):
                    grow(rng, 3, 1), ["fork", 3], ["new"], ["fork", 5], grow(rng, 6, 2), ["fork", 1]]
         cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     B = pick(rng, (3, 4, 5))
-    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]], ["fork", 0], ["fork", 1],
+    actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["fork", 1],
                ["step", [2, 0], [tokens(rng, 1), tokens(rng, 2)]], ["fork", 2], ["step", [3], [tokens(rng, B)]]]
     cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
     return cases
@@ -60,7 +62,7 @@ def plan_n_minus_1(rng):
         actions += [grow(rng, i, int(rng.integers(1, B + 2))) for i in rng.permutation(n).tolist()]
         cases.append(sharing_case(f"{n} holders, block size {B}", actions, block_size=B))
     n, B = int(rng.integers(3, 7)), pick(rng, (3, 5, 7))
-    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]]] + [["fork", 0]] * (n - 1)
+    actions = [["new"], grow(rng, 0, partial(rng, B))] + [["fork", 0]] * (n - 1)
     order = rng.permutation(n).tolist()
     actions += [["step", order, [tokens(rng, 1) for _ in order]], ["step", order[::-1], [tokens(rng, 1) for _ in order]]]
     cases.append(sharing_case(f"{n} holders in one step, block size {B}", actions, block_size=B, twin=True))
@@ -86,8 +88,9 @@ def plan_free(rng):
                    ["free", 2], ["free", 1], ["new"], grow(rng, 3, 3), grow(rng, 0, B)]
         cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     B = pick(rng, (3, 4))
-    actions = [["new"], ["step", [0], [tokens(rng, partial(rng, B))]], ["fork", 0], ["free", 0],
-               ["step", [1], [tokens(rng, 1)]], ["fork", 1], ["free", 1], ["step", [0, 2], [tokens(rng, 3), tokens(rng, 1)]]]
+    actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["free", 0],
+               ["step", [1], [tokens(rng, 1)]], ["fork", 1], ["free", 1], grow(rng, 0, 3),
+               ["step", [0, 2], [tokens(rng, 1), tokens(rng, 1)]]]
     cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
     return cases
 
@@ -95,11 +98,11 @@ def plan_free(rng):
 def plan_sharing_invariance(rng):
     cases = []
     for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 16))):
-        actions = [["new"], ["step", [0], [tokens(rng, int(rng.integers(B, 4 * B)))]], ["fork", 0], ["fork", 0]]
+        actions = [["new"], grow(rng, 0, int(rng.integers(B, 4 * B))), ["fork", 0], ["fork", 0]]
         actions += [["step", [2, 0, 1], [tokens(rng, 1), tokens(rng, int(rng.integers(1, B + 1))), tokens(rng, 2)]]]
         actions += [["fork", 1], ["free", 0], ["step", [3, 1], [tokens(rng, B), tokens(rng, 1)]]]
-        actions += [["fork", 3], ["step", [4, 2, 3], [tokens(rng, 1)] * 3], ["free", 2], ["new"],
-                    ["step", [5, 4], [tokens(rng, 2 * B), tokens(rng, 1)]]]
+        actions += [["fork", 3], ["step", [4, 2, 3], [tokens(rng, 1)] * 3], ["free", 2], ["new"], grow(rng, 5, 2 * B),
+                    ["step", [5, 4], [tokens(rng, 1), tokens(rng, 1)]]]
         cases.append(sharing_case(f"block size {B}", actions, block_size=B, twin=True))
     return cases
 
