@@ -69,6 +69,23 @@ def test_mutant_edits_are_exact_and_parts_known():
         compile(hostile.build(h), h.name, "exec")
 
 
+def test_hostile_attacks_are_grouped_by_family():
+    """Every attack stands under a family heading, and the report counts what was contained per family."""
+    sys.path.insert(0, str(REPO))
+    from types import SimpleNamespace
+    from grader.selftest import hostile, run
+    assert all(h.family for h in hostile.HOSTILES) and len(hostile.FAMILIES) >= 5
+    with pytest.raises(AssertionError):
+        hostile.grouped([hostile.HOSTILES[0]])          # an attack before any heading
+    first, second = hostile.FAMILIES[:2]
+    hs = [SimpleNamespace(name=h.name) for h in hostile.HOSTILES if h.family in (first, second)]
+    breached = hs[0]
+    lines = run.by_family(hs, [s for s in hs if s is not breached])
+    n1 = sum(h.family == first for h in hostile.HOSTILES)
+    n2 = sum(h.family == second for h in hostile.HOSTILES)
+    assert lines == [f"{first} {n1 - 1}/{n1}", f"{second} {n2}/{n2}"]
+
+
 def test_strategic_corpus_is_sound():
     """Fast: the strategic corpus builds (every edit exactly once), its pairs cover Parts 1-5 with the
     sacrifice in another part, the issue's own cases are there, KNOWN_OPEN names entries that exist."""

@@ -18,7 +18,7 @@ to one public address. Every file an attack leaves contains TOKEN, every process
 "sth-..." (/proc/PID/comm), so the runner can find, report and remove them.
 """
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grader.selftest import leaks, mutants
 
@@ -36,6 +36,25 @@ class Hostile:
     code: str
     where: str = "top"
     caps: tuple = ()          # (part, most points) it may earn there, besides not beating its base
+    family: str = ""          # the attack family (FAMILIES): set by the heading it stands under in HOSTILES
+
+
+@dataclass(frozen=True)
+class Family:
+    """A heading in HOSTILES: every attack after it, up to the next heading, is of this family."""
+    title: str
+
+
+def grouped(entries):
+    """HOSTILES from a list of Family headings and attacks: each attack tagged with its heading."""
+    out, current = [], None
+    for e in entries:
+        if isinstance(e, Family):
+            current = e.title
+        else:
+            assert current, f"{e.name} stands before any Family heading"
+            out.append(replace(e, family=current))
+    return out
 
 
 STUBS = '''"""paged_kv.py: stubs (selftest base; honest score 0)."""
@@ -1481,8 +1500,8 @@ _sth_leaking(_sth_inject)
 """
 
 H = Hostile
-HOSTILES = [
-    # ---------------------------------------------------------------------- forging the verdict
+HOSTILES = grouped([
+    Family("forging the verdict"),
     H("forge_results_files", "forged results.json written at import and at exit to every plausible path "
       "(walk for results.json / folders named results, /autograder/results, --results from the ancestors' "
       "/proc cmdline), made read-only; a directory created where the results file should go",
@@ -1491,7 +1510,7 @@ HOSTILES = [
       "JSON, the grader's own TOTAL line) at import and in every call", "stubs", _FORGE_STDOUT, "bottom"),
     H("reply_fd_forge", "forged frames written straight into the worker's reply pipe (odd data, size "
       "lies, garbage), then os._exit(0)", "stubs", _REPLY_FORGE, "bottom"),
-    # -------------------------------------------------------------------- hijacking control flow
+    Family("hijacking control flow"),
     H("exit0_import", "os._exit(0) at import", "stubs", _EXIT0_IMPORT),
     H("exit0_in_call", "os._exit(0) inside every call", "stubs", _raise_in_call("_o._exit(0)"), "bottom"),
     H("systemexit_import", "raise SystemExit(0) at import", "stubs", "\nraise SystemExit(0)\n"),
@@ -1504,7 +1523,7 @@ HOSTILES = [
                               "\nclass _Escape(BaseException):\n    pass\n"), "bottom"),
     H("pytest_control", "pytest.exit(returncode=0) / pytest.skip / pytest.xfail from calls (unittest.SkipTest "
       "when pytest cannot be imported)", "stubs", _PYTEST_CONTROL, "bottom"),
-    # -------------------------------------------------------------------------------- lying values
+    Family("lying values"),
     H("liar_ndarray", "ndarray subclass with __eq__/__array_ufunc__/__array_function__ that claims equality, "
       "int and float subclasses equal to everything, around a mutant's wrong answers",
       "causal_start_zero", _LIAR_WRAP, "bottom"),
@@ -1521,13 +1540,13 @@ HOSTILES = [
       "bottom"),
     H("lists_not_arrays", "nested Python lists instead of arrays (a mutant's wrong values)", "causal_start_zero",
       _transform_arrays("a.tolist()"), "bottom"),
-    # ---------------------------------------------------------------------------- monkeypatching
+    Family("monkeypatching"),
     H("patch_numpy", "np.allclose/isclose/array_equal and the numpy.testing asserts replaced at import, by "
       "attribute and by __code__", "bw_no_scale", _PATCH_NUMPY),
     H("patch_builtins", "builtins all/any/abs/isinstance patched at import", "bw_no_scale", _PATCH_BUILTINS),
     H("patch_scenarios", "the scenario functions and anything grader-like in sys.modules replaced: run a "
       "reference if one is on disk, else swallow errors", "fork_no_incref", _PATCH_SCENARIOS, "bottom"),
-    # ------------------------------------------------------------------- snooping, stealing answers
+    Family("snooping, stealing answers"),
     H("frame_snoop", "sys._getframe walk for answer-shaped arrays in the callers' frames",
       "bw_scale_d_model", _FRAME_SNOOP, "bottom"),
     H("gc_snoop", "gc.get_objects() for a reference module or 'expected' data", "bw_scale_d_model", _GC_SNOOP, "bottom"),
@@ -1536,27 +1555,29 @@ HOSTILES = [
       "stubs", _STEAL_REFERENCE + "\n" + "#@BOTTOM@\n" + _STEAL_BOTTOM),
     H("proc_snoop", "read /proc/<ppid>/environ and cmdline, /proc/1/..., list the parents' fds and write forged "
       "results into any .json the parent holds open", "stubs", _PROC_SNOOP),
-    # --------------------------------------------------------------------- the filesystem, persistence
+    Family("the filesystem, persistence"),
     H("drop_files", "conftest.py (report-rewriting hook), pytest.ini, sitecustomize/usercustomize, .pth files "
       "dropped in the cwd, its parents, here, /tmp, the project, every site-packages", "stubs", _DROP_FILES),
     H("tamper_grader", "append to every .py of grader-like folders (walking up from the cwd, /work, "
       "/autograder), add modules, delete the runner's canaries", "solution", _TAMPER),
     H("detached_rewriter", "double fork + setsid; 3-10 s later rewrites every results file and appends to "
       "grader files, for up to 10 s; exits by 20 s", "solution", _DETACHED),
-    # ------------------------------------------------------------------------- resources, the machine
+    Family("resources, the machine"),
     H("hang_import", "busy loop at import for 60 s, SIGALRM/SIGTERM/SIGXCPU... ignored", "stubs", _HANG_IMPORT),
     H("hang_in_call", "busy loop in every call for 60 s, signals ignored", "stubs", _HANG_CALL, "bottom"),
     H("memory_bomb", "allocate and touch 8 GiB in every call", "stubs", _MEMORY_BOMB, "bottom"),
     H("fork_bomb", "up to 2000 forks per call, children sleep 30 s", "stubs", _FORK_BOMB, "bottom"),
     H("output_flood", "10**9 bytes to stdout and to stderr, 10**9-byte files, at import", "solution", _FLOOD),
+    Family("trojan return values"),
     H("trojans", "return values with __reduce__ (pickle), __repr__/__str__/__format__/__bool__/__len__/__iter__/"
       "__eq__/__array__/__del__ that run code if the trusted side touches them", "bw_scale_d_model", _TROJANS, "bottom"),
+    Family("the network"),
     H("network", "connect (never send) to the runner's canary port on 127.0.0.1 and ::1 and to 1.1.1.1:80",
       "stubs", _NETWORK),
+    Family("fake parts and self-comparisons"),
     H("fake_part2", "an honest Part 4 on a fake Part 2 (paged_step returns zeros and stores nothing): sharing "
       "compared with itself passes vacuously; it may earn Part 4's points and nothing of Part 2's", "solution",
       _FAKE_PART2, "bottom", caps=(("paged_step", 0.0),)),
-    # ------------------------------------------------------------------------- the bonus (Part 5)
     H("fake_hits", "cached_prefill reports hits (table, references, n_hit_tokens, insert all honest) but returns "
       "the logits of a prefill of the whole prompt on a scratch pool: it may earn Part 5's points except those of "
       "the logits check, whose cases overwrite cached blocks before they are hit", "solution", _FAKE_HITS, "bottom",
@@ -1571,7 +1592,7 @@ HOSTILES = [
       "with scenarios.SCENARIOS['sharing_script'] replaced so that its twin is a copy of its own run: it may earn no "
       "more than the bug alone (_STALE_TABLE_STEP: 24.67 on seed 0, the drivers running on test-chosen tokens; "
       "checks/test_twins.py)", "solution", _PATCH_TWIN, "bottom", caps=(("copy_on_write", 24.67),)),
-    # ---------------------------------------- Part 3's rule and feedback as a channel (feedback helper)
+    Family("structural rules and feedback leaks"),
     H("part3_gathers_any_way", "blockwise_attention tries to gather the whole K/V every way the tests' storage might "
       "allow (fancy index, slice, Ellipsis, np.asarray, iteration, a served block's .base), swallows the refusals, "
       "then answers right block by block: it may earn nothing of Part 3 but its length-0 check", "solution",
@@ -1586,10 +1607,11 @@ HOSTILES = [
       "solution", _LEAK_LENGTHS, "bottom"),
     H("leak_tokens_in_floats", "hidden tokens in the logits: the first difference at [0, t0], its value four more "
       "packed in a float's digits (leaks.py measures it)", "solution", _LEAK_FLOATS, "bottom"),
-]
+])
 
 BY_NAME = {h.name: h for h in HOSTILES}
 assert len(BY_NAME) == len(HOSTILES), "duplicate hostile names"
+FAMILIES = list(dict.fromkeys(h.family for h in HOSTILES))
 
 
 def base_text(base):

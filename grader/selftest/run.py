@@ -627,6 +627,17 @@ def variant_full(s):
     return rubric.TOTAL + sum(rubric.part_points(p) for p in rubric.BONUS_PARTS if writes(p))
 
 
+def by_family(hs, contained):
+    """'family n/m' for each attack family of hostile.py with a grading here: what the report groups by."""
+    fam = {h.name: h.family for h in hostile_mod.HOSTILES}
+    out = []
+    for f in hostile_mod.FAMILIES:
+        mine = [s for s in hs if fam.get(s.name) == f]
+        if mine:
+            out.append(f"{f} {sum(s in contained for s in mine)}/{len(mine)}")
+    return out
+
+
 def summarize(subs, wall, failures, notes, kept_root):
     ms = [s for s in subs if s.kind == "mutant"]
     killed = [s for s in ms if s.data is not None and s.score < FULL - EPS]
@@ -661,6 +672,7 @@ def summarize(subs, wall, failures, notes, kept_root):
     if hs:
         lines.append(f"attacks contained: {len(contained)}/{len(hs)}"
                      + (f" (and {len(global_h)} failure(s) no single attack can be blamed for)" if global_h else ""))
+        lines.append("  by family: " + "; ".join(by_family(hs, contained)))
     times = sorted(subs, key=lambda s: -s.wall)
     lines.append(f"grading wall time: {wall:.0f} s for {len(subs)} gradings; slowest: "
                  + ", ".join(f"{s.key} {s.wall:.0f} s" for s in times[:4]))
