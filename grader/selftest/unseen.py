@@ -156,8 +156,6 @@ BUGS = [
     B("lookup_skips_block0", "prefix_cache", "lookup ignores the first block (starts matching at block 1)",
       (("        for key in self._keys(tokens)[:(len(tokens) - 1) // self.pool.block_size]:\n",
         "        for key in self._keys(tokens)[1:(len(tokens) - 1) // self.pool.block_size]:\n"),)),
-    B("insert_counts_all", "prefix_cache", "insert returns how many full blocks it saw, not how many it cached",
-      (("        return len(new)\n", "        return len(keys)\n"),)),
     B("evict_negative_ok", "prefix_cache", "evict(-1) returns 0 instead of ValueError",
       (("        if n < 0:\n            raise ValueError(f\"cannot evict {n} blocks\")\n", "        n = max(n, 0)\n"),)),
     B("hits_not_increfed", "prefix_cache", "cached_prefill puts its hits in the table without a reference of its own",
