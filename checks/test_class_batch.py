@@ -172,7 +172,7 @@ def test_sigterm_stops_a_batch_as_ctrl_c_does_and_keeps_what_is_done(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 143, (out, err)
-    assert "Interrupted (SIGTERM). Every finished result is kept (1 of 2 submissions)" in out
+    assert "Interrupted (SIGTERM). Every finished result is kept (1 of 2 submissions)" in out, (out, err)
     assert "Traceback" not in err
     assert not book.exists()
     _, partial = read_book(book.with_name("book.partial.csv"))
