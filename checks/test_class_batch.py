@@ -152,7 +152,10 @@ def test_gradescope_grades_a_folder_with_its_metadata_as_the_batch_did(graded, t
     assert without_time(json.loads(out.read_text())) == without_time(results_of(book, "carol"))
 
 
-def test_sigterm_stops_a_batch_as_ctrl_c_does_and_keeps_what_is_done(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_stops_a_batch_as_ctrl_c_does_and_keeps_what_is_done(tmp_path, sigint):
+    """sigint "ignored": the batch starts with SIGINT ignored, as a shell's background job or a CI
+    runner starts it; its gradings must still stop (they would inherit the ignored signal)."""
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "a.py").write_text("def broken(:\n")                     # fast: not graded
@@ -160,7 +163,9 @@ def test_sigterm_stops_a_batch_as_ctrl_c_does_and_keeps_what_is_done(tmp_path):
     book = tmp_path / "out" / "book.csv"
     stamps = book.parent / "book-results" / ".stamps"
     cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--jobs", "1", "--csv", str(book)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore)
     try:
         deadline = time.monotonic() + 600
         while not (stamps.is_dir() and any(stamps.iterdir())):

@@ -8,6 +8,7 @@ cannot be written; 3 when the grader failed, not the submission (it cannot start
 failed a call twice: see grade.py), with no results.json and the reason on stdout and stderr."""
 import argparse
 import os
+import signal
 import sys
 
 from grader import feedback
@@ -16,6 +17,10 @@ from grader.grade import GraderBroken, ResultsNotWritten, grade, seed_for
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    # Ctrl-C (SIGINT) stops a grading or a batch, and a batch stops its gradings with it, even when
+    # started where SIGINT is ignored (a shell's background job, a CI runner): an ignored signal is
+    # inherited through exec, a handler is not, so its gradings get the default again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if argv[:1] == ["batch"]:
         from grader.batch import main as batch_main
         return batch_main(argv[1:])

@@ -38,6 +38,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import os
+import py_compile
 import secrets
 import select
 import shlex
@@ -45,6 +46,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -119,6 +121,7 @@ class Sandbox:
         if type(job) is not int or job < 0:
             raise ValueError("job must be a non-negative int")
         self._files = _read_files(submission, scenarios_file)
+        self._bytecode = _bytecode(self._files)
         self._hide = tuple(os.fspath(p) for p in hide)
         self._share = tuple(os.fspath(p) for p in share)
         self._lock = threading.Lock()
@@ -359,10 +362,15 @@ class Sandbox:
         for name, data in self._files.items():
             (d / name).write_bytes(data)
             os.chmod(d / name, 0o440 if self.isolate else 0o444)
+        (d / "__pycache__").mkdir()
+        for name, data in self._bytecode.items():
+            (d / name).write_bytes(data)
+            os.chmod(d / name, 0o440 if self.isolate else 0o444)
         (d / "work").mkdir(mode=0o755 if self.isolate else 0o700)
         if self.isolate:
-            for name in self._files:
+            for name in (*self._files, *self._bytecode, "__pycache__"):
                 os.chown(d / name, 0, self.uid)
+            os.chmod(d / "__pycache__", 0o750)
             os.chown(d, 0, self.uid)
             os.chmod(d, 0o750)
         return d
@@ -407,6 +415,24 @@ def _read_files(submission, scenarios_file):
     return {"paged_kv.py": _read_submission(submission), **{
         name: Path(src).read_bytes() for name, src in
         {**WORKER_FILES, **({"scenarios.py": scenarios_file} if scenarios_file else {})}.items()}}
+
+
+def _bytecode(files):
+    """{__pycache__/NAME.TAG.pyc: bytes} for the trusted modules the worker imports (never the
+    submission, which the worker compiles itself): compiled here once per sandbox instead of in each
+    worker (scenarios.py alone took a tenth of a worker's start). Checked-hash pycs, so a worker whose
+    Python differs, or a source that differs, compiles from the source as before."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in files.items():
+            if name in ("paged_kv.py", "worker.py") or not name.endswith(".py"):
+                continue                     # the submission; the script (a script's pyc is never read)
+            src, pyc = Path(tmp) / name, Path(tmp) / f"{name}c"
+            src.write_bytes(data)
+            py_compile.compile(str(src), str(pyc), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+            out[f"__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"] = pyc.read_bytes()
+    return out
 
 
 def _read_submission(submission):

@@ -6,10 +6,9 @@ tables and refcounts your pool shows, and that every sequence reads back exactly
 stored for it. `grow(seq, n)` is a step without paged_step: reserve, then the test stores K/V for the
 n new positions and sets length += n. The tests with paged_step compare sharing with the same calls
 without it. Which ids your allocator picks and the pool's counters are Part 1's, never compared here."""
-import numpy as np
 import pytest
 
-import decoding
+import contiguous
 import rules
 import scenarios as sc
 from fork_bench import SECTION, ForkBench
@@ -163,8 +162,8 @@ def test_lecture_demo3_parallel_sampling(pk, n, saved):
     """The lecture's demo 3: a 100-token prompt, 40 new tokens each, block size 16. The prompt's 6
     full blocks are shared by all samples; its 7th (4 tokens) is copied n - 1 times; the saving does
     not depend on which tokens are sampled."""
-    prompt = np.random.default_rng(2).integers(0, 256, 100).tolist()
-    got = sc.sampling(pk, None, 0, prompt, n, 40, 1.0, 7, 256, 16)
+    d = contiguous.DEMO3
+    got = sc.sampling(pk, None, 0, contiguous.prompt(d), n, d["max_new"], d["temperature"], d["seed"], 256, 16)
     if got["error"] is not None:
         if not part2_works(pk):
             wait(needs_part2(pk, "this driver"))
@@ -177,9 +176,7 @@ def test_lecture_demo3_parallel_sampling(pk, n, saved):
         wait(needs_part2(pk, "the comparison of savings and tokens with the lecture's"))
     equal(f"blocks saved by sharing with {n} samples (the lecture's demo 3)", saved, f"{rules.savings(got['steps']):.1%}",
           SECTION)
-    baseline, _ = decoding.parallel_sample(sc.params(sc.config(None), 0), sc.config(None), np.array(prompt), n, 40,
-                                           1.0, 7, pool=None)
-    equal("samples vs parallel_sample(pool=None)", baseline, got["samples"], SECTION)
+    equal("samples vs parallel_sample(pool=None)", contiguous.TOKENS["parallel_sample"][n], got["samples"], SECTION)
 
 
 @pytest.mark.parametrize("k, saved", [(2, "40.1%"), (4, "57.7%"), (6, "65.2%")])
@@ -187,8 +184,7 @@ def test_lecture_demo4_beam_search(pk, k, saved):
     """The lecture's demo 4: a 64-token prompt, 32 steps, block size 16. Beams share the prompt and
     the paths they walked together; the lecture's band is 39%-68% saved, and with the course's
     model the reference saves exactly `saved` (which beams survive depends on the logits)."""
-    prompt = np.random.default_rng(3).integers(0, 256, 64).tolist()
-    got = sc.beams(pk, None, 0, prompt, k, 32, 512, 16)
+    got = sc.beams(pk, None, 0, contiguous.prompt(contiguous.DEMO4), k, contiguous.DEMO4["steps"], 512, 16)
     if got["error"] is not None:
         if not part2_works(pk):
             wait(needs_part2(pk, "this driver"))
@@ -205,6 +201,5 @@ def test_lecture_demo4_beam_search(pk, k, saved):
     if not 0.39 <= measured <= 0.68:
         fail(f"blocks saved by sharing with beam width {k}: {measured:.1%}, outside the lecture's 39%-68% "
              f"(the reference: {saved})", SECTION)
-    baseline, _ = decoding.beam_search(sc.params(sc.config(None), 0), sc.config(None), np.array(prompt), k, 32)
-    equal("beam tokens vs beam_search(pool=None)", [t for _, t in baseline], got["tokens"], SECTION)
+    equal("beam tokens vs beam_search(pool=None)", contiguous.TOKENS["beam_search"][k], got["tokens"], SECTION)
     equal(f"blocks saved by sharing with beam width {k} (the lecture's demo 4)", saved, f"{measured:.1%}", SECTION)

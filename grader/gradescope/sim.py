@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,11 +231,18 @@ def diagnoses(im: image.Image, out: Outcome) -> None:
             out.note(f"diagnosis, {what}: {message}")
 
 
-def run_suite(suite: str, zip_path: Path) -> Outcome:
+def base_trees(suites) -> dict:
+    """{suite: seconds its base root took to build (0: cached)}, all built at once: debootstrap waits
+    on the mirror, and the suites' gradings then run one after another (they hold the host's uids)."""
+    with ThreadPoolExecutor(max(1, len(suites))) as pool:
+        return dict(zip(suites, pool.map(lambda s: image.base_tree(s, (), log)[1], suites)))
+
+
+def run_suite(suite: str, zip_path: Path, built: float = 0.0) -> Outcome:
     out = Outcome(suite)
     start = time.monotonic()
     with image.Image(suite, log=log) as im:
-        out.times["base build"] = im.build_seconds
+        out.times["base build"] = built or im.build_seconds
         _unpack(im, zip_path)
         out.times["fresh root"] = time.monotonic() - start - im.build_seconds
         log(f"{suite}: base root {'built in %.1f s' % im.build_seconds if im.build_seconds else 'cached'}; "
@@ -353,7 +361,8 @@ def main(argv=None):
     if not zip_path.is_file():
         log(f"{zip_path} is missing: make autograder")
         return 2
-    outcomes = [run_suite(suite, zip_path) for suite in suites]
+    built = base_trees(suites)
+    outcomes = [run_suite(suite, zip_path, built[suite]) for suite in suites]
     log("summary (seconds):")
     for o in outcomes:
         times = ", ".join(f"{k} {v:.1f}" for k, v in o.times.items())

@@ -324,10 +324,13 @@ def _sth_module_callables(g):
     return out
 
 
-def _sth_wrap_all(g, make):
-    """Replace every contract function, method and property getter by make(qualname, original)."""
+def _sth_wrap_all(g, make, only=None):
+    """Replace every contract function, method and property getter by make(qualname, original);
+    only: just these qualnames."""
     for owner, attr, member in _sth_module_callables(g):
         qual = (owner.__name__ + "." if isinstance(owner, type) else "") + attr
+        if only is not None and qual not in only:
+            continue
         if isinstance(member, property):
             new = property(make(qual, member.fget))
         else:
@@ -941,7 +944,7 @@ def _sth_make(qual, fn):
     return wrapper
 
 
-_sth_wrap_all(globals(), _sth_make)
+_sth_wrap_all(globals(), _sth_make, only=("blockwise_attention",))   # Part 3's calls: 4 checks, each alone
 '''
 
 _MEMORY_BOMB = r'''
@@ -978,7 +981,7 @@ def _sth_make(qual, fn):
     return wrapper
 
 
-_sth_wrap_all(globals(), _sth_make)
+_sth_wrap_all(globals(), _sth_make, only=("blockwise_attention",))   # Part 3's calls: 4 checks, each alone
 '''
 
 _FORK_BOMB = r'''
@@ -1564,8 +1567,10 @@ HOSTILES = grouped([
       "grader files, for up to 10 s; exits by 20 s", "solution", _DETACHED),
     Family("resources, the machine"),
     H("hang_import", "busy loop at import for 60 s, SIGALRM/SIGTERM/SIGXCPU... ignored", "stubs", _HANG_IMPORT),
-    H("hang_in_call", "busy loop in every call for 60 s, signals ignored", "stubs", _HANG_CALL, "bottom"),
-    H("memory_bomb", "allocate and touch 8 GiB in every call", "stubs", _MEMORY_BOMB, "bottom"),
+    H("hang_in_call", "busy loop for 60 s in every call of blockwise_attention (Part 3), signals ignored", "stubs",
+      _HANG_CALL, "bottom"),
+    H("memory_bomb", "allocate and touch 8 GiB in every call of blockwise_attention (Part 3)", "stubs", _MEMORY_BOMB,
+      "bottom"),
     H("fork_bomb", "up to 2000 forks per call, children sleep 30 s", "stubs", _FORK_BOMB, "bottom"),
     H("output_flood", "10**9 bytes to stdout and to stderr, 10**9-byte files, at import", "solution", _FLOOD),
     Family("trojan return values"),
