@@ -80,7 +80,7 @@ def test_alloc_hands_out_the_lowest_free_block(pk, name):
     story, n_blocks, expected = LOWEST_FREE[name]
     pool = PoolBench(pk, n_blocks)
     story(pool)
-    equal(f"{name} ({story.__name__} in test_allocator.py): the ids returned by alloc and copy_block, in order",
+    equal(f"{name}: the ids returned by alloc and copy_block, in order (the story: {story.__name__} above)",
           expected, pool.handed_out(), SECTION)
 
 
