@@ -81,7 +81,7 @@ def test_moving_a_point_is_one_line_per_check(copy):
 NEW_CHECK = '''
 def test_a_numerically_stable_softmax(pk):
     """Scores in the hundreds: exp overflows unless each head's maximum is subtracted first."""
-    check(pk, [{"table": [2, 0, 5], "length": 9, "layer": 1, "q_seed": 11, "q_scale": 700.0}], n_blocks=6)
+    attends_like_attention_core(pk, [2, 0, 5], 9, layer=1, q_seed=11, n_blocks=6, q_scale=700.0)
 '''
 
 

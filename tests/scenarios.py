@@ -180,20 +180,33 @@ def pool_script(pk, cfg=None, n_blocks=8, block_size=4, ops=()):
     back; "unused" = a block no call has returned yet; ["int64", k] or ["int32", k] = handle k passed
     as a numpy integer of that type.
     """
-    pool = new_pool(pk, config(cfg), n_blocks, block_size)
-    book = PoolBook(n_blocks)
-    calls = {"alloc": pool.alloc, "incref": pool.incref, "decref": pool.decref, "refcount": pool.refcount,
-             "copy": pool.copy_block}
-    records = []
-    for op, *args in ops:
-        block = book.resolve(args[0]) if args else None
-        result, error = attempt(calls[op], *([block] if args else []))
+    run = PoolRun(pk, cfg, n_blocks, block_size)
+    for op in ops:
+        run.call(op)
+    return run.records
+
+
+class PoolRun:
+    """pool_script one call at a time (Part 1's public tests call it directly): `call(op)` runs one
+    op of pool_script's form and returns its record, also appended to `records`."""
+
+    def __init__(self, pk, cfg=None, n_blocks=8, block_size=4):
+        self.pool = new_pool(pk, config(cfg), n_blocks, block_size)
+        self.book, self.records = PoolBook(n_blocks), []
+        self.calls = {"alloc": self.pool.alloc, "incref": self.pool.incref, "decref": self.pool.decref,
+                      "refcount": self.pool.refcount, "copy": self.pool.copy_block}
+
+    def call(self, op_and_args):
+        op, *args = op_and_args
+        block = self.book.resolve(args[0]) if args else None
+        result, error = attempt(self.calls[op], *([block] if args else []))
         if op in ("alloc", "copy", "refcount") and error is None:
             result = as_int(result)
         block = None if block is None else as_int(block)
-        book.note(op, block, result, error)
-        records.append({"op": [op, *args], "block": block, "result": result, "error": error, **pool_state(pool)})
-    return records
+        self.book.note(op, block, result, error)
+        self.records.append({"op": [op, *args], "block": block, "result": result, "error": error,
+                             **pool_state(self.pool)})
+        return self.records[-1]
 
 
 class PoolBook:
