@@ -139,7 +139,7 @@ def pytest_terminal_summary(terminalreporter):
         if not mine and not waiting:
             absent = [r for r in skips if part in r.keywords]
             if absent and part in BONUS_PARTS:
-                tr.write_line(f"{title} ({part}): {_skip_reason(absent[0])} ({len(absent)} tests skipped; "
+                tr.write_line(f"{title} ({part}): {_skip_reason(absent[0])} ({len(absent)} test{'s' * (len(absent) != 1)} skipped; "
                               "extra credit only)")
             continue
         failed = [r for r in mine if not r.passed]
