@@ -80,8 +80,8 @@ def test_moving_a_point_is_one_line_per_check(copy):
 
 NEW_CHECK = '''
 def test_a_numerically_stable_softmax(pk):
-    """Scores in the hundreds: exp overflows unless each head's maximum is subtracted first."""
-    attends_like_attention_core(pk, [2, 0, 5], 9, layer=1, q_seed=11, n_blocks=6, q_scale=700.0)
+    """One head's largest score is 1000 (exp overflows above 709) unless its maximum is subtracted first."""
+    attends_like_attention_core(pk, [2, 0, 5], 9, layer=1, q_seed=11, n_blocks=6, q_scale=1000.0)
 '''
 
 
