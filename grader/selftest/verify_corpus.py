@@ -47,6 +47,7 @@ import scenarios  # noqa: E402
 import transformer_lab as tl  # noqa: E402
 
 from grader.selftest import mutants as mutants_mod  # noqa: E402
+from grader.selftest.contract_model import Model  # noqa: E402
 
 VARIANTS_DIR = os.path.join(HERE, "variants")
 FUZZ_SEEDS = 40          # random differential runs per variant
@@ -1053,6 +1054,7 @@ def differential(pk, ref, seed, n_actions=40):
     world = {}
     for name, mod in (("impl", pk), ("ref", ref)):
         world[name] = {"pool": mod.BlockPool(cfg, n_blocks, B), "seqs": [], "junk": [], "mod": mod}
+    model = Model(n_blocks, B)
 
     def act(w, action):
         pool, seqs, mod = w["pool"], w["seqs"], w["mod"]
@@ -1101,6 +1103,7 @@ def differential(pk, ref, seed, n_actions=40):
                     c = c * (cfg.max_len // max(1, len(c)) + 1)
                 chunks.append(np.array(c, dtype=np.int64) if rng.random() < 0.5 else c)
             action = ("step", idx, chunks)
+        merr = model_act(model, cfg, [int(s.length) for s in r["seqs"]], list(r["junk"]), action)
         got = {}
         for name in ("impl", "ref"):
             try:
@@ -1109,13 +1112,51 @@ def differential(pk, ref, seed, n_actions=40):
                 got[name] = (None, _kind(e))
         (out, err), (rout, rerr) = got["impl"], got["ref"]
         what = f"seed {seed} (B={B}, {n_blocks} blocks), action {n} {action[0]}{action[1:2]}"
-        check(err == rerr, f"{what}: error {err}, reference {rerr}")
+        check(err == rerr == merr, f"{what}: error {err}, reference {rerr}, contract model {merr}")
+        held_by_model(world["impl"], model, what)
         if rout is not None:
             check(out is not None and len(out) == len(rout), f"{what}: {len(out or [])} outputs")
             for o, w in zip(out, rout):
                 close(o, w, 1e-10, f"{what} logits")
         st, rst = (state(world[x]["pool"], world[x]["seqs"]) for x in ("impl", "ref"))
         check(st == rst, f"{what}: state {st}, reference {rst}")
+
+
+def model_act(model, cfg, lengths, junk, action):
+    """Apply `action` to the contract model (sequence i is key i); the error kind the contract
+    demands, or None. A ValueError (bad chunk, past max_len) changes nothing, a MemoryError neither."""
+    op = action[0]
+    try:
+        if op == "new":
+            model.new(len(lengths))
+        elif op == "fork":
+            model.fork(action[1], len(lengths))
+        elif op == "free":
+            model.free_seq(action[1])
+        elif op == "alloc":
+            model.alloc()
+        elif op == "decref":
+            model.decref(junk[action[1]])
+        elif op == "step":
+            for i, c in zip(action[1], action[2]):
+                if len(c) == 0 or lengths[i] + len(c) > cfg.max_len or not all(0 <= t < cfg.vocab for t in c):
+                    return "ValueError"
+            model.step([(i, len(c)) for i, c in zip(action[1], action[2])])
+    except MemoryError:
+        return "MemoryError"
+    return None
+
+
+def held_by_model(w, model, what):
+    """The implementation's tables, lengths, refcounts and counters are the contract model's."""
+    pool, seqs = w["pool"], w["seqs"]
+    got = {"ref": [int(pool.refcount(b)) for b in range(pool.n_blocks)], "n_copies": int(pool.n_copies),
+           "peak": int(pool.peak_used), "n_used": int(pool.n_used), "n_free": int(pool.n_free),
+           "tables": [ints(s.blocks) for s in seqs], "lengths": [int(s.length) for s in seqs]}
+    want = {"ref": model.ref, "n_copies": model.copies, "peak": model.peak, "n_used": sum(r > 0 for r in model.ref),
+            "n_free": len(model.free), "tables": [model.tables[i] for i in range(len(seqs))],
+            "lengths": [model.lengths[i] for i in range(len(seqs))]}
+    check(got == want, f"{what}: state {got}, contract model {want}")
 
 
 # ========================================================================================= driver
