@@ -1098,29 +1098,20 @@ def test_random_requests_against_a_model(bs, n_blocks, seed):
                 prompt = np.concatenate([sys_prompt[:rng.integers(1, len(sys_prompt) + 1)],
                                          rng.integers(0, cfg.vocab, rng.integers(0, 2 * bs + 1))])
                 prompt = prompt[:cfg.max_len - 2 * bs]
-            hits = model.lookup(prompt)
-            assert cache.lookup(prompt) == hits, f"op {op_index}: lookup"
-            need = math.ceil(len(prompt) / bs) - len(hits)
-            spare = sum(1 for b in model.order if holders()[b] == 0 and b not in hits)
-            if need > pool.n_free + spare:
+            assert cache.lookup(prompt) == model.lookup(prompt), f"op {op_index}: lookup"
+            try:
+                hits, expected = model.request(prompt, pool.n_free, holders())
+            except MemoryError:
                 events["MemoryError"] += 1
                 before = cache_snapshot(pool, cache, [s.seq for s in live])
                 with pytest.raises(MemoryError):
                     pk.cached_prefill(params(cfg), cfg, pk.PagedSequence(pool), prompt, cache)
                 assert_cache_unchanged(before, pool, cache, [s.seq for s in live], f"op {op_index}")
             else:
-                short = need - pool.n_free
-                if short > 0:
-                    events["evicted in prefill"] += 1
-                    h = holders()
-                    for b in hits:                       # the hits are held by the new request first
-                        h[b] += 1
-                    expected = model.evict(short, h)
+                events["evicted in prefill"] += bool(expected)
                 s = request(cfg, pool, cache, prompt, computed=len(prompt) - len(hits) * bs)
-                if short > 0:
-                    assert all(pool.refcount(b) == 0 or b in s.seq.blocks for b in expected)
+                assert all(pool.refcount(b) == 0 or b in s.seq.blocks for b in expected)
                 assert s.seq.blocks[:len(hits)] == hits
-                model.hit_tokens += len(hits) * bs
                 live.append(s)
                 prompts.append(prompt)
                 model.insert(prompt, s.seq.blocks)

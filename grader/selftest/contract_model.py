@@ -53,7 +53,9 @@ class Model:
 
     def step(self, items):
         """items: [(key, n_tokens)] in order; MemoryError leaves the model unchanged."""
-        trial = copy.deepcopy(self)
+        trial = copy.copy(self)         # the state is flat lists and dicts of lists: copy those only
+        trial.free, trial.ref, trial.lengths = list(self.free), list(self.ref), dict(self.lengths)
+        trial.tables = {k: list(t) for k, t in self.tables.items()}
         for key, n in items:
             trial._reserve(key, n)
         for key, n in items:
@@ -89,6 +91,21 @@ class CacheModel:
             if key in self.block:
                 self.order.remove(self.block[key])
                 self.order.append(self.block[key])
+
+    def request(self, tokens, n_free, holders):
+        """A cached prefill of `tokens` with n_free free blocks and holders[b] sequences holding block b:
+        (hits, blocks evicted for the shortfall), or MemoryError with nothing changed. The hits are
+        held by the new request first, so they are never evicted for it; insert() follows."""
+        hits = self.lookup(tokens)
+        need = -(-len(tokens) // self.bs) - len(hits)
+        held = list(holders)
+        for b in hits:
+            held[b] += 1
+        if need > n_free + sum(1 for b in self.order if held[b] == 0):
+            raise MemoryError("model: not enough blocks even after evicting")
+        victims = self.evict(max(0, need - n_free), held)
+        self.hit_tokens += len(hits) * self.bs
+        return hits, victims
 
     def evict(self, n, holders):
         victims = [b for b in self.order if holders[b] == 0][:n]
