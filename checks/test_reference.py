@@ -15,7 +15,7 @@ import pytest
 
 import paged_kv as pk
 import transformer_lab as tl
-from grader.selftest.contract_model import CacheModel, Model
+from grader.selftest.contract_model import CacheModel, Model, eviction_order
 from transformer_lab import TINY, Config, KVCache, forward
 
 ODD = Config(vocab=97, d_model=37, n_layers=3, n_heads=3, d_head=8, d_ff=50, max_len=64)
@@ -687,21 +687,6 @@ def assert_cache_unchanged(before, pool, cache, seqs, what):
     assert_unchanged({k: v for k, v in before.items() if k not in ("n_cached", "n_hit_tokens")}, pool, seqs, what)
     assert (cache.n_cached, cache.n_hit_tokens) == (before["n_cached"], before["n_hit_tokens"]), \
         f"{what} changed the cache's n_cached or n_hit_tokens"
-
-
-def eviction_order(pool, cache):
-    """Evict one block at a time until nothing more goes: the ids released, in order (seen as the
-    block whose refcount drops from 1 to 0)."""
-    order = []
-    while True:
-        before = [pool.refcount(b) for b in range(pool.n_blocks)]
-        n = cache.evict(1)
-        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
-        changed = [b for b in range(pool.n_blocks) if before[b] != pool.refcount(b)]
-        assert changed == gone and len(gone) == n, f"evict(1) returned {n}, refcounts changed at {changed}"
-        if n == 0:
-            return order
-        order += gone
 
 
 def two_prompts(cfg=ODD, bs=4):

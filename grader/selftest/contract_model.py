@@ -2,7 +2,8 @@
 hidden suites keep their own code): checks/test_reference proves the reference against it, and
 verify_corpus's differential runs hold every variant to it as well as to the reference. It is written
 from the contract, not from solution/paged_kv.py: a sorted free list and refcounts for the allocator,
-whole-prefix keys and a recency list for the prefix cache."""
+whole-prefix keys and a recency list for the prefix cache; eviction_order() is the one probe of an
+implementation's recency that both need."""
 import bisect
 import copy
 
@@ -113,3 +114,18 @@ class CacheModel:
             self.order.remove(b)
             del self.block[next(k for k, v in self.block.items() if v == b)]
         return victims
+
+
+def eviction_order(pool, cache):
+    """Evict one block at a time until nothing more goes: the ids released, in order (seen as the
+    block whose refcount drops from 1 to 0)."""
+    order = []
+    while True:
+        before = [pool.refcount(b) for b in range(pool.n_blocks)]
+        n = cache.evict(1)
+        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
+        changed = [b for b in range(pool.n_blocks) if before[b] != pool.refcount(b)]
+        assert changed == gone and len(gone) == n, f"evict(1) returned {n}, refcounts changed at {changed}"
+        if n == 0:
+            return order
+        order += gone

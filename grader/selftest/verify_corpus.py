@@ -47,7 +47,7 @@ import scenarios  # noqa: E402
 import transformer_lab as tl  # noqa: E402
 
 from grader.selftest import mutants as mutants_mod  # noqa: E402
-from grader.selftest.contract_model import CacheModel, Model  # noqa: E402
+from grader.selftest.contract_model import CacheModel, Model, eviction_order  # noqa: E402
 
 VARIANTS_DIR = os.path.join(HERE, "variants")
 FUZZ_SEEDS = 40          # random differential runs per variant
@@ -851,19 +851,6 @@ def _release(pool, blocks):
         pool.decref(b)
 
 
-def _evicted_in_order(pool, cache):
-    """evict(1) until nothing goes: the ids released, in order."""
-    order = []
-    while True:
-        before = [pool.refcount(b) for b in range(pool.n_blocks)]
-        n = cache.evict(1)
-        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
-        check(n == len(gone), f"evict(1) returned {n} but released {gone}")
-        if n == 0:
-            return order
-        order += gone
-
-
 @register("prefix_cache")
 def pc_hits(pk, ref):
     """Hits, rows computed, n_hit_tokens and the lookup cap (hand-worked, block size 4)."""
@@ -945,7 +932,7 @@ def pc_eviction(pk, ref):
     check(int(cache.evict(0)) == 0 and int(cache.evict(1)) == 1 and pool.refcount(2) == 0,
           "evict(1) must release the least recently used block, 2")
     _release(pool, c.blocks)
-    check(_evicted_in_order(pool, cache) == [4, 1, 3, 0], "eviction order after the third request")
+    check(eviction_order(pool, cache) == [4, 1, 3, 0], "eviction order after the third request")
     # no cascade: P Q cached by s (freed), P Q R by t, which holds its blocks
     P, Q, R = (toks(4, ODD, 83 + i) for i in range(3))
     s = _own_blocks(pk, pool, P + Q)
@@ -967,7 +954,7 @@ def pc_eviction(pk, ref):
                                                                  "P W is skipped, P W Z cached")
     for s in (a, x, c):
         _release(pool, s)
-    got = _evicted_in_order(pool, cache)
+    got = eviction_order(pool, cache)
     check(got == [2, 1, 4, 3, 7, 0], f"eviction order {got} after an insert that skipped a key, expected "
                                      "[2, 1, 4, 3, 7, 0] (P W Z's use counts P's block 0 too)")
 
