@@ -10,8 +10,10 @@ wrote): never a student's file. It checks, independently of the grader:
     source really differs from the reference (each edit's `find` occurs exactly once); one that names
     its checks (an allocator whose only bug is the order) fails no other check of its part;
   * every correct variant passes every check (tables, refcounts, logits to 1e-10, blockwise to 1e-12,
-    errors, copy counts, the two drivers identical to the baseline and to the reference), and the slow
-    variant's slowdown against the reference on a typical workload is measured;
+    errors, copy counts, the two drivers identical to the baseline and to the reference), its random
+    differential runs agree with the reference and with the contract model (contract_model.py, the
+    one checks/test_reference proves the reference against), and the slow variant's slowdown against
+    the reference on a typical workload is measured;
   * every hostile submission builds (its text compiles) from its base; hostiles are never run here.
 
 Exit status 0 when everything holds.
@@ -1013,7 +1015,8 @@ def pc_errors(pk, ref):
 
 def differential_cache(pk, ref, seed, n_actions=40):
     """Random requests (on shared prefixes), releases and evictions on both implementations: the
-    same tables, refcounts, logits, errors, n_cached and n_hit_tokens after every action."""
+    same tables, refcounts, logits, errors, n_cached and n_hit_tokens after every action; hits,
+    errors, evictions, refcounts and counters as the contract's CacheModel has them."""
     rng = np.random.default_rng(seed)
     B = int(rng.choice([1, 2, 3, 4, 5]))
     n_blocks = int(rng.integers(8, 24))
@@ -1068,14 +1071,19 @@ def differential_cache(pk, ref, seed, n_actions=40):
         cache_held_by_model(model, world["impl"], action, mout, err, out, what)
 
 
+def _holders(pool, seqs):
+    """How many of `seqs` hold each block of the pool."""
+    held = [0] * pool.n_blocks
+    for b in (int(b) for s in seqs for b in s.blocks):
+        held[b] += 1
+    return held
+
+
 def cache_model_act(model, w, action):
     """The contract model's answer to `action`, before the implementations act: ("request", hits)
     or ("evict", victims), or ("error", "MemoryError"); a release changes only the holders."""
     pool, seqs = w["pool"], w["seqs"]
-    held = [0] * pool.n_blocks
-    for s in seqs[:action[1]] + seqs[action[1] + 1:] if action[0] == "release" else seqs:
-        for b in s.blocks:
-            held[int(b)] += 1
+    held = _holders(pool, seqs[:action[1]] + seqs[action[1] + 1:] if action[0] == "release" else seqs)
     n_free = held.count(0) - sum(1 for b in model.block.values() if held[b] == 0)
     if action[0] == "request":
         try:
@@ -1097,10 +1105,7 @@ def cache_held_by_model(model, w, action, mout, err, out, what):
     if kind == "evict":
         check(out == len(value), f"{what}: evict returned {out}, contract model evicts {value}")
     pool, cache = w["pool"], w["cache"]
-    held = [0] * pool.n_blocks
-    for s in w["seqs"]:
-        for b in s.blocks:
-            held[int(b)] += 1
+    held = _holders(pool, w["seqs"])
     cached = set(model.block.values())
     want = {"ref": [held[b] + (b in cached) for b in range(pool.n_blocks)], "n_cached": len(cached),
             "n_hit_tokens": model.hit_tokens}
@@ -1119,7 +1124,8 @@ def _kind(e):
 
 def differential(pk, ref, seed, n_actions=40):
     """Random actions (new, step with valid or invalid chunks, fork, free, pool alloc/decref) applied to
-    both implementations; after each, the error kind, the logits and the whole state must agree."""
+    both implementations and the contract model; after each, the error kind, the logits and the whole
+    state must agree."""
     rng = np.random.default_rng(seed)
     cfg = (ODD, ONE, SMALL, TINY)[seed % 4]
     B = int(rng.choice([1, 2, 3, 4, 5, 8]))
