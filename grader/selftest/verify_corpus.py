@@ -1371,6 +1371,32 @@ def verify_variants(ref, verbose=False):
     return problems, t_ref, timings
 
 
+# mutants the contract model must catch on its own (the mutant as both "implementations", so the
+# reference cannot): its checks in the differential runs are not vacuous
+MODEL_CATCHES = ("alloc_lifo_reuse", "peak_counts_allocs", "cow_never", "fork_no_incref",
+                 "recency_head_oldest", "evict_held_blocks", "hit_tokens_counts_blocks")
+
+
+def verify_model_teeth():
+    problems = []
+    for m in (m for m in mutants_mod.MUTANTS if m.name in MODEL_CATCHES):
+        pk = load(mutants_mod.apply(m), "teeth_" + m.name)
+        run = differential_cache if m.part == "prefix_cache" else differential
+        for seed in range(10):
+            try:
+                run(pk, pk, seed)
+            except Fail as e:
+                if "contract model" in str(e):
+                    break
+            except Exception:  # noqa: BLE001    the mutant upset the run some other way: not the model's catch
+                pass
+        else:
+            problems.append(f"the contract model alone does not catch mutant {m.name} in 10 differential runs")
+    if len(MODEL_CATCHES) != len({m.name for m in mutants_mod.MUTANTS} & set(MODEL_CATCHES)):
+        problems.append(f"MODEL_CATCHES names a mutant that does not exist: {MODEL_CATCHES}")
+    return problems
+
+
 def verify_hostile(verbose=False):
     from grader.selftest import hostile
     problems = []
@@ -1426,7 +1452,7 @@ def main(argv=None):
               + f"; {sum(k for k, _ in by_part.values())}/{len(mutants_mod.MUTANTS)} shown wrong by their witness")
     if args.only in (None, "variants"):
         p, t_ref, timings = verify_variants(ref, args.verbose)
-        problems += p
+        problems += p + verify_model_teeth()
         print(f"variants: {len(timings)} checked, {len({x.split(':')[0] for x in p})} with problems; "
               f"reference workload {t_ref:.2f} s; " + ", ".join(f"{n} {t / t_ref:.1f}x" for n, t in timings.items()))
     if args.only in (None, "hostile"):
