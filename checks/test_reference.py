@@ -1,10 +1,9 @@
 """The reference solution (solution/paged_kv.py) against the contract.
 
 Expected values come from elsewhere, never from the code under test: logits from the contiguous
-`forward` + `KVCache` of the lab, block tables from `Model` below (an independent model of the
-contract's allocator: a sorted free list and refcounts), errors and counts from the contract.
+`forward` + `KVCache` of the lab, block tables from the selftest's `Model` and `CacheModel`
+(grader/selftest/contract_model.py, models written from the contract), errors and counts from the contract.
 """
-import bisect
 import copy
 import math
 import types
@@ -16,6 +15,7 @@ import pytest
 
 import paged_kv as pk
 import transformer_lab as tl
+from grader.selftest.contract_model import CacheModel, Model, eviction_order
 from transformer_lab import TINY, Config, KVCache, forward
 
 ODD = Config(vocab=97, d_model=37, n_layers=3, n_heads=3, d_head=8, d_ff=50, max_len=64)
@@ -37,60 +37,6 @@ def assert_close(got, expected, tol, what):
     assert got.shape == expected.shape, f"{what}: shape {got.shape}, expected {expected.shape}"
     err = float(np.max(np.abs(got - expected)))
     assert err <= tol, f"{what}: max |got - expected| = {err:.3e} > {tol:.0e}"
-
-
-class Model:
-    """Independent model of the allocator: sorted free list (lowest first), refcounts, block tables,
-    copy-on-write in reserve. A step runs on a copy and is kept only if it did not run out."""
-
-    def __init__(self, n_blocks, block_size):
-        self.bs, self.free, self.ref = block_size, list(range(n_blocks)), [0] * n_blocks
-        self.tables, self.lengths, self.copies, self.peak = {}, {}, 0, 0
-
-    def alloc(self):
-        if not self.free:
-            raise MemoryError("model: pool exhausted")
-        b = self.free.pop(0)
-        self.ref[b] = 1
-        self.peak = max(self.peak, sum(r > 0 for r in self.ref))
-        return b
-
-    def decref(self, b):
-        self.ref[b] -= 1
-        if self.ref[b] == 0:
-            bisect.insort(self.free, b)
-
-    def new(self, key):
-        self.tables[key], self.lengths[key] = [], 0
-
-    def fork(self, key, child):
-        for b in self.tables[key]:
-            self.ref[b] += 1
-        self.tables[child], self.lengths[child] = list(self.tables[key]), self.lengths[key]
-
-    def free_seq(self, key):
-        for b in self.tables[key]:
-            self.decref(b)
-        self.new(key)
-
-    def _reserve(self, key, n):
-        t, length = self.tables[key], self.lengths[key]
-        if length % self.bs and self.ref[t[-1]] > 1:
-            new = self.alloc()
-            self.decref(t[-1])
-            t[-1] = new
-            self.copies += 1
-        while len(t) * self.bs < length + n:
-            t.append(self.alloc())
-
-    def step(self, items):
-        """items: [(key, n_tokens)] in order; MemoryError leaves the model unchanged."""
-        trial = copy.deepcopy(self)
-        for key, n in items:
-            trial._reserve(key, n)
-        for key, n in items:
-            trial.lengths[key] += n
-        self.__dict__.update(trial.__dict__)
 
 
 def snapshot(pool, seqs):
@@ -743,21 +689,6 @@ def assert_cache_unchanged(before, pool, cache, seqs, what):
         f"{what} changed the cache's n_cached or n_hit_tokens"
 
 
-def eviction_order(pool, cache):
-    """Evict one block at a time until nothing more goes: the ids released, in order (seen as the
-    block whose refcount drops from 1 to 0)."""
-    order = []
-    while True:
-        before = [pool.refcount(b) for b in range(pool.n_blocks)]
-        n = cache.evict(1)
-        gone = [b for b in range(pool.n_blocks) if before[b] == 1 and pool.refcount(b) == 0]
-        changed = [b for b in range(pool.n_blocks) if before[b] != pool.refcount(b)]
-        assert changed == gone and len(gone) == n, f"evict(1) returned {n}, refcounts changed at {changed}"
-        if n == 0:
-            return order
-        order += gone
-
-
 def two_prompts(cfg=ODD, bs=4):
     """A (13 tokens) and B: A's first 8 tokens, then 5 of its own."""
     a = toks(cfg, 13, 50)
@@ -1120,43 +1051,6 @@ def test_cached_blocks_survive_copy_on_write_untouched():
     assert all(s.seq.blocks[:2] == [0, 1] for s in group)
 
 
-class CacheModel:
-    """Independent model of the prefix cache: whole-prefix keys, a recency list (oldest first)."""
-
-    def __init__(self, bs):
-        self.bs, self.block, self.order, self.hit_tokens = bs, {}, [], 0
-
-    def keys(self, tokens):
-        t = [int(x) for x in tokens]
-        return [tuple(t[:(i + 1) * self.bs]) for i in range(len(t) // self.bs)]
-
-    def lookup(self, tokens):
-        hits = []
-        for key in self.keys(tokens)[:max(0, (len(tokens) - 1) // self.bs)]:
-            if key not in self.block:
-                break
-            hits.append(self.block[key])
-        return hits
-
-    def insert(self, tokens, blocks):
-        keys = self.keys(tokens)
-        for key, b in zip(keys, blocks):
-            if key not in self.block and b not in self.block.values():
-                self.block[key] = b
-                self.order.append(b)
-        for key in reversed(keys):
-            if key in self.block:
-                self.order.remove(self.block[key])
-                self.order.append(self.block[key])
-
-    def evict(self, n, holders):
-        victims = [b for b in self.order if holders[b] == 0][:n]
-        for b in victims:
-            self.order.remove(b)
-            del self.block[next(k for k, v in self.block.items() if v == b)]
-        return victims
-
-
 @pytest.mark.parametrize("bs,n_blocks", [(1, 30), (3, 12), (4, 9), (8, 7)])
 @pytest.mark.parametrize("seed", range(3))
 def test_random_requests_against_a_model(bs, n_blocks, seed):
@@ -1189,29 +1083,20 @@ def test_random_requests_against_a_model(bs, n_blocks, seed):
                 prompt = np.concatenate([sys_prompt[:rng.integers(1, len(sys_prompt) + 1)],
                                          rng.integers(0, cfg.vocab, rng.integers(0, 2 * bs + 1))])
                 prompt = prompt[:cfg.max_len - 2 * bs]
-            hits = model.lookup(prompt)
-            assert cache.lookup(prompt) == hits, f"op {op_index}: lookup"
-            need = math.ceil(len(prompt) / bs) - len(hits)
-            spare = sum(1 for b in model.order if holders()[b] == 0 and b not in hits)
-            if need > pool.n_free + spare:
+            assert cache.lookup(prompt) == model.lookup(prompt), f"op {op_index}: lookup"
+            try:
+                hits, expected = model.request(prompt, pool.n_free, holders())
+            except MemoryError:
                 events["MemoryError"] += 1
                 before = cache_snapshot(pool, cache, [s.seq for s in live])
                 with pytest.raises(MemoryError):
                     pk.cached_prefill(params(cfg), cfg, pk.PagedSequence(pool), prompt, cache)
                 assert_cache_unchanged(before, pool, cache, [s.seq for s in live], f"op {op_index}")
             else:
-                short = need - pool.n_free
-                if short > 0:
-                    events["evicted in prefill"] += 1
-                    h = holders()
-                    for b in hits:                       # the hits are held by the new request first
-                        h[b] += 1
-                    expected = model.evict(short, h)
+                events["evicted in prefill"] += bool(expected)
                 s = request(cfg, pool, cache, prompt, computed=len(prompt) - len(hits) * bs)
-                if short > 0:
-                    assert all(pool.refcount(b) == 0 or b in s.seq.blocks for b in expected)
+                assert all(pool.refcount(b) == 0 or b in s.seq.blocks for b in expected)
                 assert s.seq.blocks[:len(hits)] == hits
-                model.hit_tokens += len(hits) * bs
                 live.append(s)
                 prompts.append(prompt)
                 model.insert(prompt, s.seq.blocks)
