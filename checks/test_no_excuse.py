@@ -89,6 +89,23 @@ def test_a_driver_whose_paged_step_raises_fails_and_names_part_2(check):
     assert message and "paged_step raised" in message and "fix Part 2 first" in message, message
 
 
+class _NoCopy(reference.BlockPool):
+    def copy_block(self, b):
+        raise ValueError("copy_block is broken")
+
+
+@pytest.mark.parametrize("check", ["copy_on_write.parallel_sampling", "copy_on_write.beam_search"])
+def test_a_driver_whose_step_raises_because_copy_block_raises_names_part_1(check):
+    """A fork's step copies shared blocks: when paged_step raised and copy_block raises on a pool of
+    its own, the case fails naming Part 1 (pool.copy_block), not Part 2."""
+    case = _case(test_copy_on_write, check)
+    expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
+    got = scenarios.SCENARIOS[case.scenario](_fake(BlockPool=_NoCopy), **case.inputs)
+    message = test_copy_on_write.JUDGES[check](case, expected, got, Context())
+    assert message and "paged_step raised" in message and "fix Part 1 first" in message, message
+    assert "Part 2" not in message, message
+
+
 def test_a_driver_whose_fork_raises_fails_as_its_own():
     class NoFork(reference.PagedSequence):
         def fork(self):
@@ -109,12 +126,9 @@ def _copy_case():
 def test_a_step_that_cannot_copy_because_copy_block_raises_fails_and_names_part_1():
     """A fit step that must copy while copy_block raises cannot be observed: failed, never passed,
     with Part 1 named (before, it was left out while copy_block failed its own check)."""
-    class NoCopy(reference.BlockPool):
-        def copy_block(self, b):
-            raise ValueError("copy_block is broken")
     case = _copy_case()
     expected = scenarios.step_script(reference, **case.inputs)
-    got = scenarios.step_script(_fake(BlockPool=NoCopy), **case.inputs)
+    got = scenarios.step_script(_fake(BlockPool=_NoCopy), **case.inputs)
     message = test_paged_step.JUDGES["paged_step.exact_count"](case, expected, got, Context())
     assert message and "pool.copy_block (Part 1) that runs: fix Part 1 first" in message, message
 

@@ -917,8 +917,11 @@ def _drive(pk, fn, pool, choices=None, **kw):
             setattr(decoding, name, f)
         sys.modules["paged_kv"] = saved if saved is not None else pk
     out, stats = result if error is None else ([], {"blocks_used": []})
-    return out, stats, {"steps": steps, "in_use_after": in_use(pool), "error": error,
-                        "raised_in": None if error is None else "paged_step" if watched_pk.raised else "driver"}
+    watched = {"steps": steps, "in_use_after": in_use(pool), "error": error,
+               "raised_in": None if error is None else "paged_step" if watched_pk.raised else "driver"}
+    if watched["raised_in"] == "paged_step":    # a fork's step copies: says whether copy_block (Part 1) runs
+        watched["copy_probe"] = copy_runs(pk, kw.get("cfg"))
+    return out, stats, watched
 
 
 def in_use(pool):

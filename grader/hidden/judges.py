@@ -362,11 +362,14 @@ def _same_lengths(expected, got):
 
 def _driver_failed(got):
     """The driver raised: always a failure of this case (a driver that did not run was not judged, so
-    it is no pass), said as Part 2's when paged_step raised, since the driver cannot run without it."""
+    it is no pass), said as Part 2's when paged_step raised, since the driver cannot run without it,
+    or as Part 1's when pool.copy_block also raises on a pool of its own (a fork's step copies)."""
     if got.get("error") is None:
         return None
     if got.get("raised_in") == "paged_step":
-        return f"  the driver stopped: paged_step raised {_kind(got['error'])}: this check {NEEDS_PART2}"
+        stopped = f"  the driver stopped: paged_step raised {_kind(got['error'])}"
+        copy = _copy_needed(got.get("copy_probe"))
+        return f"{stopped}: {copy}" if copy else f"{stopped}: this check {NEEDS_PART2}"
     return f"  the driver raised {_kind(got['error'])} (a fork or free failed)"
 
 
