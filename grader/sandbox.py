@@ -402,6 +402,7 @@ _CHECKED: set = set()
 _CHECKED_LOCK = threading.Lock()
 _RUNTIME_LOCK = threading.Lock()
 _RUNTIME: list = []
+_PYC: dict = {}                       # (file name, source bytes) -> its checked-hash pyc (_bytecode)
 
 
 def _isolated_runtime():
@@ -421,17 +422,20 @@ def _bytecode(files):
     """{__pycache__/NAME.TAG.pyc: bytes} for the trusted modules the worker imports (never the
     submission, which the worker compiles itself): compiled here once per sandbox instead of in each
     worker (scenarios.py alone took a tenth of a worker's start). Checked-hash pycs, so a worker whose
-    Python differs, or a source that differs, compiles from the source as before."""
+    Python differs, or a source that differs, compiles from the source as before. Once per process
+    for the same source (a grading makes a sandbox per call at once)."""
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, data in files.items():
-            if name in ("paged_kv.py", "worker.py") or not name.endswith(".py"):
-                continue                     # the submission; the script (a script's pyc is never read)
-            src, pyc = Path(tmp) / name, Path(tmp) / f"{name}c"
-            src.write_bytes(data)
-            py_compile.compile(str(src), str(pyc), doraise=True,
-                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-            out[f"__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"] = pyc.read_bytes()
+    for name, data in files.items():
+        if name in ("paged_kv.py", "worker.py") or not name.endswith(".py"):
+            continue                         # the submission; the script (a script's pyc is never read)
+        if (name, data) not in _PYC:
+            with tempfile.TemporaryDirectory() as tmp:
+                src, pyc = Path(tmp) / name, Path(tmp) / f"{name}c"
+                src.write_bytes(data)
+                py_compile.compile(str(src), str(pyc), doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+                _PYC[(name, data)] = pyc.read_bytes()
+        out[f"__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"] = _PYC[(name, data)]
     return out
 
 
