@@ -359,11 +359,8 @@ class Sandbox:
         """A fresh folder: the code files (read-only) and an empty cwd. Isolated: root:uid 0750, files
         root:uid 0440, so this uid can read them, change nothing, and no other job's uid can look."""
         d = Path(tempfile.mkdtemp(prefix=f"call-{self.uid}-", dir=self._scratch))
-        for name, data in self._files.items():
-            (d / name).write_bytes(data)
-            os.chmod(d / name, 0o440 if self.isolate else 0o444)
         (d / "__pycache__").mkdir()
-        for name, data in self._bytecode.items():
+        for name, data in {**self._files, **self._bytecode}.items():
             (d / name).write_bytes(data)
             os.chmod(d / name, 0o440 if self.isolate else 0o444)
         (d / "work").mkdir(mode=0o755 if self.isolate else 0o700)
@@ -420,10 +417,9 @@ def _read_files(submission, scenarios_file):
 
 def _bytecode(files):
     """{__pycache__/NAME.TAG.pyc: bytes} for the trusted modules the worker imports (never the
-    submission, which the worker compiles itself): compiled here once per sandbox instead of in each
+    submission, which the worker compiles itself): compiled once per process (_PYC) instead of in each
     worker (scenarios.py alone took a tenth of a worker's start). Checked-hash pycs, so a worker whose
-    Python differs, or a source that differs, compiles from the source as before. Once per process
-    for the same source (a grading makes a sandbox per call at once)."""
+    Python differs, or a source that differs, compiles from the source as before."""
     out = {}
     for name, data in files.items():
         if name in ("paged_kv.py", "worker.py") or not name.endswith(".py"):

@@ -242,10 +242,11 @@ def run_suite(suite: str, zip_path: Path, built: float = 0.0) -> Outcome:
     out = Outcome(suite)
     start = time.monotonic()
     with image.Image(suite, log=log) as im:
-        out.times["base build"] = built or im.build_seconds
+        built = built or im.build_seconds
+        out.times["base build"] = built
         _unpack(im, zip_path)
         out.times["fresh root"] = time.monotonic() - start - im.build_seconds
-        log(f"{suite}: base root {'built in %.1f s' % im.build_seconds if im.build_seconds else 'cached'}; "
+        log(f"{suite}: base root {'built in %.1f s' % built if built else 'cached'}; "
             f"running setup.sh")
         t = time.monotonic()
         done = im.run(["bash", "./setup.sh"], cwd="/autograder/source", timeout=SETUP_TIMEOUT)
