@@ -1041,6 +1041,17 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
         raise stub
     pool = working_pool(pk, cfg, n_blocks, block_size, ledger)      # as its twin's (a step_script) storage
+    step = pk.paged_step
+    pk.paged_step = block_steps(step, cfg, B)
+    try:
+        return _prefix_actions(pk, cfg, prm, pool, n_blocks, B, actions, twin)
+    finally:
+        pk.paged_step = step
+
+
+def _prefix_actions(pk, cfg, prm, pool, n_blocks, B, actions, twin):
+    """prefix_script's run, paged_step stepping a block at a time (block_steps)."""
+    block_size = B
     cache = pk.PrefixCache(pool)
     seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
     maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain
@@ -1160,6 +1171,42 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     return {"records": records, "twins": twins, "alone": alone}
 
 
+def block_pieces(tokens, block_size):
+    """A chunk as a cached prefill's step and its twin run it (block_steps): a block at a time."""
+    return [tokens[i:i + block_size] for i in range(0, len(tokens), block_size)] or [tokens]
+
+
+def block_steps(step, cfg, block_size):
+    """paged_step as Part 5's scripts call it (the contract's cached_prefill runs paged_step on the
+    rest of the prompt): a step of one sequence whose chunk of valid token ids spans more than a
+    block and fits (the contract's count, step_need, on the state observed now) is run a block at a
+    time, its logits joined; any other step is run as it is, so a step that must raise still raises
+    with nothing changed. How many blocks a chunk of any size takes is Part 2's count, judged by
+    Part 2's checks (as Part 4's grow does), so it does not also cost a cached prefill; the twin
+    (prefix_twin) steps in the same pieces, so a step that depends on how a prompt is cut computes
+    the same on both sides."""
+    def paged_step(params, cfg_, seqs, chunks):
+        if not _fits_in_pieces(cfg, block_size, seqs, chunks):
+            return step(params, cfg_, seqs, chunks)
+        rows = [as_array(step(params, cfg_, seqs, [piece])[0]) for piece in block_pieces(chunks[0], block_size)]
+        return [np.concatenate(rows)]
+    return paged_step
+
+
+def _fits_in_pieces(cfg, block_size, seqs, chunks):
+    try:
+        if len(seqs) != 1 or len(chunks) != 1 or len(chunks[0]) <= block_size:
+            return False
+        if not all(type(as_int(t)) is int and 0 <= as_int(t) < cfg.vocab for t in chunks[0]):
+            return False
+        seq, n = seqs[0], len(chunks[0])
+        length, free = as_int(seq.length), as_int(seq.pool.n_free)
+        return type(length) is int and type(free) is int and length + n <= cfg.max_len \
+            and step_need(seq.pool, [seq], [n]) <= free
+    except Exception:  # noqa: BLE001  (whatever the state is, the step then runs as it is)
+        return False
+
+
 def step_alone(pk, cfg, prm, block_size, tokens):
     """The kind of error paged_step raises for `tokens` on an empty sequence of an ample pool of its own,
     or None when it runs: cached_prefill computes the rest of a prompt with paged_step (Part 2's), so
@@ -1205,14 +1252,15 @@ def prefix_twin(cfg, param_seed, n_blocks, block_size, chain, pokes):
     first prompt stepped whole, then each next one on a sequence sharing the previous one's first h
     blocks (["mirror"]: what a cache hit does, done by the test) stepped from there, as the cached run
     computed them; before the last step the test's overwrites of the hit blocks (pokes: a seed or None
-    per hit). The request's logits must equal the last step's."""
+    per hit). Every chunk is stepped a block at a time, as block_steps runs a cached prefill's step. The
+    request's logits must equal the last chunk's steps' logits, joined (rules.step_twin)."""
     B = block_size
-    actions = [["new"], ["step", [0], [list(chain[0][0])]]]
+    actions = [["new"]] + [["step", [0], [p]] for p in block_pieces(list(chain[0][0]), B)]
     for j, (tokens, h) in enumerate(chain[1:], start=1):
         actions.append(["mirror", j - 1, h])
         if j == len(chain) - 1:
             actions += [["poke", j, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
-        actions.append(["step", [j], [list(tokens[h * B:])]])
+        actions += [["step", [j], [p]] for p in block_pieces(list(tokens[h * B:]), B)]
     room = sum(len(t) // B + 2 for t, _ in chain)
     return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + room,
                             "block_size": B, "actions": actions}]

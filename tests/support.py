@@ -309,7 +309,8 @@ def _prefix_twin(pk, plan, rec, n_blocks, block_size):
     if plan is None:
         return None
     scenario, inputs = sc.prefix_twin(None, 0, n_blocks, block_size, plan["chain"], plan["pokes"])
-    return rules.step_twin(sc.SCENARIOS[scenario](pk, **inputs))
+    tokens, h = plan["chain"][-1]
+    return rules.step_twin(sc.SCENARIOS[scenario](pk, **inputs), tokens, h, block_size)
 
 
 def bonus_attempted(pk, part="prefix_cache"):
