@@ -1034,141 +1034,166 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     on the hit blocks it shared (its own chain), so that a step that depends on how a prompt is cut
     into chunks (Part 2's bug) computes the same K/V on both sides.
     """
-    cfg = config(cfg)
-    prm = params(cfg, param_seed)
-    B = block_size
-    stub = bonus_stub(pk)
-    if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
-        raise stub
-    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)      # as its twin's (a step_script) storage
-    step = pk.paged_step
-    pk.paged_step = block_steps(step, cfg, B)
-    try:
-        return _prefix_actions(pk, cfg, prm, pool, n_blocks, B, actions, twin)
-    finally:
-        pk.paged_step = step
+    run = PrefixRun(pk, cfg, param_seed, n_blocks, block_size, twin, ledger)
+    for action in actions:
+        run.call(action)
+    return {"records": run.records, "twins": run.twins, "alone": run.alone}
 
 
-def _prefix_actions(pk, cfg, prm, pool, n_blocks, B, actions, twin):
-    """prefix_script's run, paged_step stepping a block at a time (block_steps)."""
-    block_size = B
-    cache = pk.PrefixCache(pool)
-    seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
-    maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain
+class PrefixRun:
+    """prefix_script one action at a time (Part 5's public tests call it directly): `call(action)` runs
+    one action of prefix_script's form and returns its record, also appended to `records` (and its
+    entries to `twins` and `alone`). While an action runs (and only then), paged_step is block_steps'
+    (a replacement of pk.paged_step made during an action stays for the next ones, as in one run)."""
 
-    def table(s):
+    def __init__(self, pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, twin=True, ledger=None):
+        self.pk, self.cfg, self.n_blocks, self.B, self.twin = pk, config(cfg), n_blocks, block_size, twin
+        self.prm = params(self.cfg, param_seed)
+        stub = bonus_stub(pk)
+        if stub is not None:    # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
+            raise stub
+        self.pool = working_pool(pk, self.cfg, n_blocks, block_size, ledger)   # as its twin's (a step_script) storage
+        self._step = block_steps(pk.paged_step, self.cfg, block_size)
+        self.cache = self._stepping(pk.PrefixCache, self.pool)
+        self.seqs, self.held, self.poked = [], [], {}     # seqs: {"tokens", "made", "obj" or "blocks"}
+        self.maker, self.chains, self.hits_of = {}, {}, {}  # block id -> (seq, logical block); request -> chain, hits
+        self.records, self.twins, self.alone = [], [], []
+        self.calls = {"request": self.request, "seq": self.own, "insert": self.insert, "release": self.release,
+                      "overwrite": self.overwrite, "lookup": lambda t: [as_int(b) for b in self.cache.lookup(t)],
+                      "evict": lambda n: as_int(self.cache.evict(n)), "hold": self.hold,
+                      "hold_until": self.hold_until, "unhold": self.unhold, "bad_prefill": self.bad_prefill}
+
+    def _stepping(self, fn, *args):
+        """fn(*args) with pk.paged_step stepping a block at a time, restored after."""
+        outside, self.pk.paged_step = self.pk.paged_step, self._step
+        try:
+            return fn(*args)
+        finally:
+            self._step, self.pk.paged_step = self.pk.paged_step, outside
+
+    def call(self, action):
+        return self._stepping(self._call, action)
+
+    def _call(self, action):
+        op, *args = action
+        before = len(self.twins)
+        result, error = attempt(self.calls[op], *args)
+        if len(self.twins) == before:
+            self.twins.append(None)
+        if op == "request" and error is not None:
+            self.seqs[-1]["made"] = []
+        self.alone.append(step_alone(self.pk, self.cfg, self.prm, self.B, args[0])
+                          if op == "request" and error is not None else None)
+        pool, cache = self.pool, self.cache
+        self.records.append({"op": [op, *args], "result": result, "error": error,
+                             "tables": [[as_int(b) for b in self.table(s)] for s in self.seqs],
+                             "held": [as_int(b) for b in self.held],
+                             "refcounts": [observe(pool.refcount, b) for b in range(self.n_blocks)],
+                             "n_cached": observe(lambda: cache.n_cached),
+                             "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
+        return self.records[-1]
+
+    def table(self, s):
         return list(s["obj"].blocks) if "obj" in s else s["blocks"]
 
-    def handed_out(blocks, s=None, first=0):
+    def handed_out(self, blocks, s=None, first=0):
         for i, b in enumerate(blocks, start=first):
-            poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
-            maker.pop(as_int(b), None)
+            self.poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
+            self.maker.pop(as_int(b), None)
             if s is not None:
-                maker[as_int(b)] = (s, i)
+                self.maker[as_int(b)] = (s, i)
 
-    def chain(s, tokens, h):
+    def chain(self, s, tokens, h):
         """[[prompt, h], ...]: the requests that computed the first h blocks of `tokens`, first made first,
         then this one; a prefix the test stored itself (or out of reach) is one chunk of its tokens."""
-        m, i = maker.get(hits_of[s][h - 1], (None, None)) if h else (None, None)
+        B = self.B
+        m, i = self.maker.get(self.hits_of[s][h - 1], (None, None)) if h else (None, None)
         if not h:
             return [[list(tokens), 0]]
-        if m in chains and m != s and i == h - 1 and seqs[m]["tokens"][:h * B] == list(tokens[:h * B]):
-            return chains[m] + [[list(tokens), h]]
+        if m in self.chains and m != s and i == h - 1 and self.seqs[m]["tokens"][:h * B] == list(tokens[:h * B]):
+            return self.chains[m] + [[list(tokens), h]]
         return [[list(tokens[:h * B]), 0], [list(tokens), h]]
 
-    def request(tokens):
-        seq = build("PagedSequence", pk.PagedSequence, pool)
-        seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
-        found, _ = attempt(cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
+    # ------------------------------------------------------------------ the actions
+    def request(self, tokens):
+        pk = self.pk
+        seq = build("PagedSequence", pk.PagedSequence, self.pool)
+        self.seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
+        found, _ = attempt(self.cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
         hits = [as_int(b) for b in found] if isinstance(found, list) else []
-        s = len(seqs) - 1
-        hits_of[s] = hits
-        logits = as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+        s = len(self.seqs) - 1
+        self.hits_of[s] = hits
+        logits = as_array(pk.cached_prefill(self.prm, self.cfg, seq, list(tokens), self.cache))
         made = [as_int(b) for b in seq.blocks]
-        seqs[-1]["made"] = made
-        h = shared_hits(made, hits, len(tokens), len(logits), B)
-        chains[s] = chain(s, tokens, h)
-        twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]], "chain": chains[s]} if twin else None)
-        handed_out(made[h:], s, h)
+        self.seqs[-1]["made"] = made
+        h = shared_hits(made, hits, len(tokens), len(logits), self.B)
+        self.chains[s] = self.chain(s, tokens, h)
+        self.twins.append({"h": h, "pokes": [self.poked.get(b) for b in hits[:h]], "chain": self.chains[s]}
+                          if self.twin else None)
+        self.handed_out(made[h:], s, h)
         return {"hits": hits, "rows": len(logits), "logits": logits}
 
-    def own(tokens, seed):
-        blocks = []
+    def own(self, tokens, seed):
+        pool, blocks = self.pool, []
         try:
-            for _ in range(-(-len(tokens) // B)):
+            for _ in range(-(-len(tokens) // self.B)):
                 blocks.append(pool.alloc())
         except MemoryError:
             for b in blocks:
                 pool.decref(b)
             raise
-        handed_out(blocks, len(seqs))
+        self.handed_out(blocks, len(self.seqs))
         put_kv(pool, blocks, 0, len(tokens), seed)
-        seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
+        self.seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
 
-    def insert(s, n=None, spec=None):
-        tokens = seqs[s]["tokens"][:n] if n is not None else seqs[s]["tokens"]
-        blocks = table(seqs[s]) if spec is None else [_spec_block(pool, seqs, table(seqs[s]), e) for e in spec]
-        return as_int(cache.insert(tokens, blocks))
+    def insert(self, s, n=None, spec=None):
+        seq = self.seqs[s]
+        tokens = seq["tokens"][:n] if n is not None else seq["tokens"]
+        blocks = self.table(seq) if spec is None else [_spec_block(self.pool, self.seqs, self.table(seq), e)
+                                                       for e in spec]
+        return as_int(self.cache.insert(tokens, blocks))
 
-    def release(s):
-        blocks = table(seqs[s])
-        for b in blocks:
-            pool.decref(b)
-        if "obj" in seqs[s]:
-            seqs[s]["obj"].blocks, seqs[s]["obj"].length = [], 0
+    def release(self, s):
+        seq = self.seqs[s]
+        for b in self.table(seq):
+            self.pool.decref(b)
+        if "obj" in seq:
+            seq["obj"].blocks, seq["obj"].length = [], 0
         else:
-            seqs[s]["blocks"] = []
+            seq["blocks"] = []
 
-    def overwrite(s, i, seed):
-        b = seqs[s]["made"][i]
-        put_kv(pool, [b], 0, B, seed)
-        poked[b] = seed
+    def overwrite(self, s, i, seed):
+        b = self.seqs[s]["made"][i]
+        put_kv(self.pool, [b], 0, self.B, seed)
+        self.poked[b] = seed
 
-    def hold(n):
+    def hold(self, n):
         for _ in range(n):
-            held.append(pool.alloc())
-        handed_out(held)
+            self.held.append(self.pool.alloc())
+        self.handed_out(self.held)
 
-    def hold_until(k):
-        for _ in range(n_blocks):           # bounded: a pool whose n_free never falls cannot hang the test
-            if not as_int(pool.n_free) > k:
+    def hold_until(self, k):
+        for _ in range(self.n_blocks):      # bounded: a pool whose n_free never falls cannot hang the test
+            if not as_int(self.pool.n_free) > k:
                 break
-            held.append(pool.alloc())
-        handed_out(held)
+            self.held.append(self.pool.alloc())
+        self.handed_out(self.held)
 
-    def unhold():
-        while held:
-            pool.decref(held.pop())
+    def unhold(self):
+        while self.held:
+            self.pool.decref(self.held.pop())
 
-    def bad_prefill(kind, tokens):
-        seq = pk.PagedSequence(pk.BlockPool(cfg, 4, B) if kind == "other_pool" else pool)
+    def bad_prefill(self, kind, tokens):
+        pk, pool, held = self.pk, self.pool, self.held
+        seq = pk.PagedSequence(pk.BlockPool(self.cfg, 4, self.B) if kind == "other_pool" else pool)
         if kind in ("filled", "reserved"):         # the sequence holds the test's last block too
             pool.incref(held[-1])
             seq.blocks, seq.length = [held[-1]], 1 if kind == "filled" else 0
         try:
-            return as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+            return as_array(pk.cached_prefill(self.prm, self.cfg, seq, list(tokens), self.cache))
         finally:
             if kind in ("filled", "reserved"):
                 pool.decref(held[-1])
-
-    calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
-             "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
-             "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
-    records, alone = [], []
-    for op, *args in actions:
-        before = len(twins)
-        result, error = attempt(calls[op], *args)
-        if len(twins) == before:
-            twins.append(None)
-        if op == "request" and error is not None:
-            seqs[-1]["made"] = []
-        alone.append(step_alone(pk, cfg, prm, block_size, args[0]) if op == "request" and error is not None else None)
-        records.append({"op": [op, *args], "result": result, "error": error,
-                        "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
-                        "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
-                        "n_cached": observe(lambda: cache.n_cached),
-                        "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
-    return {"records": records, "twins": twins, "alone": alone}
 
 
 def block_pieces(tokens, block_size):
