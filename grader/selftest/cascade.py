@@ -14,8 +14,11 @@ as "bonus not attempted": a probe that wrongly decides a correct file must wait 
 would otherwise hide the tests it skips.
 """
 import argparse
+import atexit
 import concurrent.futures
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,20 @@ NOT_ATTEMPTED = {part: {labtool.not_attempted(state, part) for state in labtool.
                  for part in labtool.BONUS_PARTS}      # the only skips a correct implementation may have
 
 
+_PYCACHE = []
+
+
+def _env():
+    """The public tests' environment: their modules compiled once per selftest into a folder of its own
+    (PYTHONPYCACHEPREFIX), not once per implementation, and never next to the sources the hostile
+    submissions' gradings watch. Only our own corpus runs with it."""
+    if not _PYCACHE:
+        _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
+        atexit.register(shutil.rmtree, _PYCACHE[0], True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0]}
+
+
 def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS):
     """{part: [names of failing public tests]} for the paged_kv.py in impl_dir; {"(run)": [why]} when
     the public tests could not run at all. correct: impl_dir is a correct implementation, so a test
@@ -48,7 +65,7 @@ def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS
                f"--impl={impl_dir}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, env=_env())
         except subprocess.TimeoutExpired:
             return {"(run)": [f"the public tests took more than {timeout:g} s"]}
         if not junit.is_file():
