@@ -83,8 +83,7 @@ class PrefixBench:
         if plan is None:
             return None
         scenario, inputs = sc.prefix_twin(None, 0, self.n_blocks, self.B, plan["chain"], plan["pokes"])
-        tokens, h = plan["chain"][-1]
-        return rules.step_twin(sc.SCENARIOS[scenario](self.pk, **inputs), tokens, h, self.B)
+        return rules.step_twin(sc.SCENARIOS[scenario](self.pk, **inputs))
 
     def _new_seq(self):
         self.n_seqs += 1

@@ -719,26 +719,17 @@ def _step_records(reply, n=None):
     return records
 
 
-def step_twin(reply, tokens, h, block_size):
-    """A request's twin from the answer of its scenarios.prefix_twin call, for the request's prompt
-    `tokens` of which h hit blocks were shared: {"result": the logits of the rest, its block-sized
-    steps' joined, "error": the first error of the call}, or None when the answer has the wrong form."""
+def step_twin(reply):
+    """A request's twin from the answer of its scenarios.prefix_twin call: {"result": the last step's
+    logits, "error": the first error of the call}, or None when the answer has the wrong form."""
     records = _step_records(reply)
     if records is None:
         return None
     error = next((r["error"] for r in records if r["error"] is not None), None)
-    if error is not None:
-        return {"result": None, "error": error}
-    steps = len(sc.block_pieces(list(tokens[h * block_size:]), block_size))
-    outs = [r["result"] for r in records[-steps:]]
-    if len(records) < steps or not all(isinstance(o, list) and len(o) == 1 for o in outs):
+    out = records[-1]["result"]
+    if error is None and not (isinstance(out, list) and len(out) == 1):
         return None
-    if steps == 1:
-        return {"result": outs[0][0], "error": None}
-    rows = [o[0] for o in outs]
-    if not all(isinstance(r, np.ndarray) and r.ndim == 2 and r.shape[1:] == rows[0].shape[1:] for r in rows):
-        return None
-    return {"result": np.concatenate(rows), "error": None}
+    return {"result": None if error is not None else out[0], "error": error}
 
 
 def append_violation(reply, block_size=None):

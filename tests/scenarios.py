@@ -460,7 +460,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
     test's setup (its pool actions before the first sequence action), "records": one per action}.
 
-    actions: ["new"], ["step", idx, chunks, as_numpy?], ["reserve", i, n], ["write", i, layer, start, n, seed],
+    actions: ["new"], ["step", idx, chunks, as_numpy?], ["prefill", i, tokens] (seq i's step as a cached prefill
+    runs it: block_steps; Part 5's twins), ["reserve", i, n], ["write", i, layer, start, n, seed],
     ["read", i, layer, length], ["poke", i, pos, seed, n?] (the test overwrites positions pos..pos+n-1,
     default n = 1, of seq i in storage: later logits must read them), ["alloc"] (the test takes a block; result: its handle),
     ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
@@ -507,6 +508,9 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
                 raise
             raise _Unfinished() from None
 
+    def prefill(i, tokens):
+        return [as_array(block_steps(pk.paged_step, cfg, block_size)(prm, cfg, [seqs[i]], [list(tokens)])[0])]
+
     def mirror(i, n=None):
         """What fork (or, with n, a cache hit of n blocks) does, done by the test through the contract's
         attributes (blocks, length) and pool.incref, so that Part 2's step is tested on shared blocks
@@ -540,7 +544,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
                 return None
         return None
 
-    calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+    calls = {"new": new, "step": step, "prefill": prefill, "reserve": lambda i, n: seqs[i].reserve(n), "write": write,
+             "read": read,
              "take_rest": take_rest,
              "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
              "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
@@ -1209,22 +1214,28 @@ class PrefixRun:
 
 
 def block_pieces(tokens, block_size):
-    """A chunk as a cached prefill's step and its twin run it (block_steps): a block at a time."""
+    """A chunk as block_steps runs it again: a block at a time."""
     return [tokens[i:i + block_size] for i in range(0, len(tokens), block_size)] or [tokens]
 
 
 def block_steps(step, cfg, block_size):
     """paged_step as Part 5's scripts call it (the contract's cached_prefill runs paged_step on the
-    rest of the prompt): a step of one sequence whose chunk of valid token ids spans more than a
-    block and fits (the contract's count, step_need, on the state observed now) is run a block at a
-    time, its logits joined; any other step is run as it is, so a step that must raise still raises
-    with nothing changed. How many blocks a chunk of any size takes is Part 2's count, judged by
-    Part 2's checks (as Part 4's grow does), so it does not also cost a cached prefill; the twin
-    (prefix_twin) steps in the same pieces, so a step that depends on how a prompt is cut computes
-    the same on both sides."""
+    rest of the prompt) and as their twins call it (step_script's "prefill"): the step as it is;
+    only when it raises although it is one sequence's chunk of valid token ids that spans more than
+    a block and fits (the contract's count, step_need, on the state before the step) is it run
+    again a block at a time, its logits joined. A correct step never raises there, so it is never
+    run again; a step that must raise (it does not fit, a bad id) raises. How many blocks one step
+    of a long chunk takes is Part 2's count, judged by Part 2's checks (as Part 4's grow does), so
+    it does not also cost a cached prefill; the twin runs the same way, so both sides compute alike."""
     def paged_step(params, cfg_, seqs, chunks):
-        if not _fits_in_pieces(cfg, block_size, seqs, chunks):
+        again = _fits_in_pieces(cfg, block_size, seqs, chunks)
+        try:
             return step(params, cfg_, seqs, chunks)
+        except NotImplementedError:
+            raise
+        except Exception:  # noqa: BLE001  (a step that fits and raises: Part 2's, run again in pieces)
+            if not again:
+                raise
         rows = [as_array(step(params, cfg_, seqs, [piece])[0]) for piece in block_pieces(chunks[0], block_size)]
         return [np.concatenate(rows)]
     return paged_step
@@ -1289,15 +1300,15 @@ def prefix_twin(cfg, param_seed, n_blocks, block_size, chain, pokes):
     first prompt stepped whole, then each next one on a sequence sharing the previous one's first h
     blocks (["mirror"]: what a cache hit does, done by the test) stepped from there, as the cached run
     computed them; before the last step the test's overwrites of the hit blocks (pokes: a seed or None
-    per hit). Every chunk is stepped a block at a time, as block_steps runs a cached prefill's step. The
-    request's logits must equal the last chunk's steps' logits, joined (rules.step_twin)."""
+    per hit). Every chunk is stepped as a cached prefill steps it (["prefill"]: block_steps). The
+    request's logits must equal the last step's."""
     B = block_size
-    actions = [["new"]] + [["step", [0], [p]] for p in block_pieces(list(chain[0][0]), B)]
+    actions = [["new"], ["prefill", 0, list(chain[0][0])]]
     for j, (tokens, h) in enumerate(chain[1:], start=1):
         actions.append(["mirror", j - 1, h])
         if j == len(chain) - 1:
             actions += [["poke", j, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
-        actions += [["step", [j], [p]] for p in block_pieces(list(tokens[h * B:]), B)]
+        actions.append(["prefill", j, list(tokens[h * B:])])
     room = sum(len(t) // B + 2 for t, _ in chain)
     return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + room,
                             "block_size": B, "actions": actions}]

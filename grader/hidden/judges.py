@@ -555,8 +555,7 @@ def prefix_judge(fields, twin=False):
             second = ctx.second if ctx is not None else None
             if not isinstance(second, list) or len(second) != len(requests):
                 return _wrong_form("answer of the prefill without the cache")
-            twins = {n: step_twin(reply, expected["records"][n]["op"][1], h, B)
-                     for (n, h), reply in zip(requests, second)}
+            twins = {n: step_twin(reply) for (n, _), reply in zip(requests, second)}
         for n, (e, g) in enumerate(zip(e_view, g_view)):
             where = f"  after action {n + 1} of {n_all}, {said[n]}:"
             if "cached" in fields and g["bad_references"]:

@@ -53,23 +53,31 @@ def _env():
     return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0]}
 
 
-def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS):
+def _launch(args, cwd, log, env, timeout):
+    """`python -m pytest ARGS` as a subprocess: its exit code, its output in `log`."""
+    with open(log, "wb") as out:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, timeout=timeout).returncode
+
+
+def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS, launch=_launch):
     """{part: [names of failing public tests]} for the paged_kv.py in impl_dir; {"(run)": [why]} when
     the public tests could not run at all. correct: impl_dir is a correct implementation, so a test
     skipped for any reason but its bonus part's "bonus not attempted" is listed too, as "NAME
-    (skipped: REASON)". tests: the public tests' folder (a copy, for the selftest's own checks)."""
+    (skipped: REASON)". tests: the public tests' folder (a copy, for the selftest's own checks).
+    launch(args, cwd, log, env, timeout): runs `python -m pytest ARGS` (run.py's warm start can)."""
     tests = Path(tests)
     with tempfile.TemporaryDirectory() as tmp:
-        junit = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}",
-               f"--impl={impl_dir}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        junit, log = Path(tmp) / "junit.xml", Path(tmp) / "pytest.log"
+        args = [str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}", f"--impl={impl_dir}", "-q", "-p",
+                "no:cacheprovider", f"--junitxml={junit}"]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, env=_env())
+            code = launch(args, tmp, log, _env(), timeout)
         except subprocess.TimeoutExpired:
             return {"(run)": [f"the public tests took more than {timeout:g} s"]}
         if not junit.is_file():
-            return {"(run)": [(proc.stdout + proc.stderr).strip()[-300:] or f"pytest exit {proc.returncode}"]}
+            said = log.read_text(errors="replace").strip()[-300:] if log.is_file() else ""
+            return {"(run)": [said or f"pytest exit {code}"]}
         failed = {}
         for case in ET.parse(junit).getroot().iter("testcase"):
             module = case.get("classname", "").split(".")[-1]
