@@ -42,10 +42,11 @@ NOT_ATTEMPTED = {part: {labtool.not_attempted(state, part) for state in labtool.
 _PYCACHE = []
 
 
-def _env():
-    """The public tests' environment: their modules compiled once per selftest into a folder of its own
-    (PYTHONPYCACHEPREFIX), not once per implementation, and never next to the sources the hostile
-    submissions' gradings watch. Only our own corpus runs with it."""
+def own_corpus_env():
+    """The environment of the runs of our own corpus (its public tests, its warm gradings: run.py):
+    their modules compiled once per selftest into a folder of its own (PYTHONPYCACHEPREFIX), not once
+    per run, and never next to the sources the hostile submissions' gradings watch. Never a hostile
+    submission's grading: its trusted process reads no pyc a run could have written."""
     if not _PYCACHE:
         _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
         atexit.register(shutil.rmtree, _PYCACHE[0], True)
@@ -72,7 +73,7 @@ def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS
         args = [str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}", f"--impl={impl_dir}", "-q", "-p",
                 "no:cacheprovider", f"--junitxml={junit}"]
         try:
-            code = launch(args, tmp, log, _env(), timeout)
+            code = launch(args, tmp, log, own_corpus_env(), timeout)
         except subprocess.TimeoutExpired:
             return {"(run)": [f"the public tests took more than {timeout:g} s"]}
         if not junit.is_file():

@@ -3,7 +3,9 @@
     python -m grader.selftest.run [--jobs 2] [--only mutants|variants|hostile|strategic] [--seed N] [--json PATH]
 
 Each submission is built into a temp folder and graded by the grader's own command line,
-`python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be. Checks:
+`python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be; our own
+corpus (mutants, variants, the strategic corpus) through warm.py, which forks that command from one
+process with the imports done (--cold: not). Checks:
 
   * the reference scores 100 (110 with the bonus on: rubric.BONUS) and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
@@ -21,7 +23,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
     leak_* ones read back no more hidden tokens than feedback.PART_BITS per part allows), leaves
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
-  * grading the reference and two mutants twice gives identical results apart from execution_time;
+  * grading the reference, two mutants and a variant twice gives identical results apart from
+    execution_time (the second time by the command line: the warm start's gradings agree with it);
   * the strategic corpus (strategic.py): for every pair (bug X, sacrifice S in another part) the losses
     add up, loss(X + S) >= loss(X) + loss(S), in total and per part; no trick scores above its honest
     base, Part 3's gathering loses Part 3's points; an entry fails unless strategic.KNOWN_OPEN lists it,
@@ -190,7 +193,7 @@ WARM = []             # [the warm.Warm server] while main runs, unless --cold
 def _warm_grade(s, log):
     argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
     try:
-        s.exit = WARM[0].run("grader", argv, REPO, log, os.environ, GRADING_TIMEOUT)
+        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT)
     except subprocess.TimeoutExpired:
         s.exit = None
         s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
