@@ -188,3 +188,24 @@ def test_grader_passes_its_selftest(tmp_path, background_selftest):
 if not IS_ROOT:       # as root they run in test_grader_passes_its_selftest
     def test_hostile_submissions_need_root():
         pytest.skip("the hostile submissions were not run: the grader isolates submissions only as root (CI is root)")
+
+
+def test_the_warm_start_answers_as_the_command_line_does(tmp_path):
+    """warm.py, the selftest's warm start for our own corpus: a run's exit code and output are the
+    command line's (a missing submission: exit 2, said why), and a run past its time is killed."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import warm
+    missing = [str(tmp_path / "missing.py"), "--results", str(tmp_path / "r.json")]
+    cold = subprocess.run([sys.executable, "-m", "grader", *missing], cwd=REPO, capture_output=True, text=True)
+    (tmp_path / "test_sleeps.py").write_text("import time\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    server = warm.Warm(REPO)
+    try:
+        assert server.run("grader", missing, REPO, tmp_path / "log", os.environ, 60) == cold.returncode == 2
+        assert (tmp_path / "log").read_text() == cold.stdout + cold.stderr
+        with pytest.raises(subprocess.TimeoutExpired):
+            server.run("pytest", [str(tmp_path / "test_sleeps.py"), "-q", "-p", "no:cacheprovider"], tmp_path,
+                       tmp_path / "log2", os.environ, 3)
+        assert server.run("pytest", ["--version"], tmp_path, tmp_path / "log3", os.environ, 60) == 0
+    finally:
+        server.close()
+    assert server.proc.returncode == 0
