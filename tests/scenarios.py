@@ -1081,7 +1081,7 @@ class PrefixRun:
                       "hold_until": self.hold_until, "unhold": self.unhold, "bad_prefill": self.bad_prefill}
 
     def _stepping(self, fn, *args):
-        """fn(*args) with pk.paged_step stepping a block at a time, restored after."""
+        """fn(*args) with pk.paged_step as block_steps runs it, restored after."""
         outside, self.pk.paged_step = self.pk.paged_step, self._step
         try:
             return fn(*args)
