@@ -96,8 +96,9 @@ selftest: $(VENV)/.ready
 bench: $(VENV)/.ready
 	$(PY) bench/run.py
 
+# The selftest runs in the background meanwhile (checks/conftest.py); no pyc may land in the folders it watches.
 check: $(VENV)/.ready
-	$(PY) -m pytest checks -q
+	PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest checks -q
 
 clean:
 	rm -rf build .pytest_cache

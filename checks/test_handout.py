@@ -360,10 +360,10 @@ def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path)
     assert checks == [(c.part, c.title, c.points) for c in rubric._checks(False).values()]
     assert totals == [(p, rubric.part_points(p)) for p in rubric.PARTS] + [("", 100)]
     assert grading_table(text, BONUS_TABLE) is None
-    bonus_tests = {p.test_file for p in rubric.registry.bonus()}       # tests/test_prefix_cache.py, ...
     assert not (off / "tests" / "test_prefix_cache.py").exists() and (on / "tests" / "test_prefix_cache.py").exists()
-    assert sorted(p.relative_to(off) for p in off.rglob("*")) == \
-        sorted(p.relative_to(on) for p in on.rglob("*") if p.name not in bonus_tests)
+    left_out = {p.relative_to(on) for p in on.rglob("*")} - {p.relative_to(off) for p in off.rglob("*")}
+    assert left_out == {Path("tests/test_prefix_cache.py"), Path("tests/prefix_bench.py")}     # Part 5's bench too
+    assert {p.relative_to(off) for p in off.rglob("*")} <= {p.relative_to(on) for p in on.rglob("*")}
     assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
     assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
     assert "DEMOS.append(demo5_prefix_cache)" in (on / "lab" / "demo.py").read_text()

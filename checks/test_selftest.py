@@ -164,16 +164,48 @@ def test_corpus_verified_in_process():
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_grader_passes_its_selftest(tmp_path):
+def test_grader_passes_its_selftest(tmp_path, background_selftest):
     """Mutants, variants, the strategic corpus and (as root) the hostile submissions, graded in one run,
     so that the long ones (hangs, bombs) overlap with the rest and a strategic text equal to a mutant is
     graded once: every mutant costs points in its own parts only, every variant scores full marks,
     every strategic pair adds up and no trick earns anything (but strategic.KNOWN_OPEN, which must
     be exactly the entries that fail), every attack is contained, grading is deterministic."""
-    proc = _run("grader.selftest.run", "--json", str(tmp_path / "selftest.json"), timeout=2300)
-    assert proc.returncode == 0, "selftest failed: see the report above"
+    if background_selftest is None:
+        proc = _run("grader.selftest.run", "--json", str(tmp_path / "selftest.json"), timeout=2300)
+        assert proc.returncode == 0, "selftest failed: see the report above"
+        return
+    proc, out, _ = background_selftest      # started when collection ended (conftest.py), run meanwhile
+    try:
+        code = proc.wait(2300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    out.seek(0)
+    print(out.read().decode("utf-8", "replace")[-16000:])
+    assert code == 0, "selftest failed: see the report above"
 
 
 if not IS_ROOT:       # as root they run in test_grader_passes_its_selftest
     def test_hostile_submissions_need_root():
         pytest.skip("the hostile submissions were not run: the grader isolates submissions only as root (CI is root)")
+
+
+def test_the_warm_start_answers_as_the_command_line_does(tmp_path):
+    """warm.py, the selftest's warm start for our own corpus: a run's exit code and output are the
+    command line's (a missing submission: exit 2, said why), and a run past its time is killed."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import warm
+    missing = [str(tmp_path / "missing.py"), "--results", str(tmp_path / "r.json")]
+    cold = subprocess.run([sys.executable, "-m", "grader", *missing], cwd=REPO, capture_output=True, text=True)
+    (tmp_path / "test_sleeps.py").write_text("import time\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    server = warm.Warm(REPO)
+    try:
+        assert server.run("grader", missing, REPO, tmp_path / "log", os.environ, 60) == cold.returncode == 2
+        assert (tmp_path / "log").read_text() == cold.stdout + cold.stderr
+        with pytest.raises(subprocess.TimeoutExpired):
+            server.run("pytest", [str(tmp_path / "test_sleeps.py"), "-q", "-p", "no:cacheprovider"], tmp_path,
+                       tmp_path / "log2", os.environ, 3)
+        assert server.run("pytest", ["--version"], tmp_path, tmp_path / "log3", os.environ, 60) == 0
+    finally:
+        server.close()
+    assert server.proc.returncode == 0

@@ -108,7 +108,7 @@ class ForkBench:
                  f"raised {type(e).__name__}: {str(e)[:300]}")
         self.records.append({"op": op, "result": [sc.as_array(o) for o in result] if op[0] == "step" else None,
                              "error": None, "kv": [sc.gathered_kv(s) for s in self.seqs], **sc.seq_state(self.seqs),
-                             "refcounts": [sc.observe(self.pool.refcount, b) for b in range(self.n_blocks)]})
+                             "refcounts": sc.refcounts(self.pool, self.n_blocks)})
         broken = rules.sharing_violation(self.records, self.B)
         if broken:       # said as "after action n of n, ...": here each call is checked as it is made
             n = len(self.records)

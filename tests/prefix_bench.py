@@ -5,15 +5,18 @@ made for: "1.2" = logical block 2 of sequence 1 (requests and the test's own seq
 in the order they appear), so which ids your allocator hands out (Part 1) does not matter. The
 blocks the cache holds are those whose refcount is one more than the tables and the test holding
 them (the cache's own reference). After every call the bench checks what every Part 5 call must
-do (support.run_prefix): a call given `raises` raises that and changes nothing, any other succeeds,
+do (PrefixBench.problem): a call given `raises` raises that and changes nothing, any other succeeds,
 the cache holds exactly one reference on each block it caches, and with twin=True each request's
-logits equal your own prefill of the same prompt without the cache. It does so by replaying the
-calls so far through scenarios.prefix_script, the script the grader replays too.
+logits equal your own prefill of the same prompt without the cache. The calls run one at a time on
+a scenarios.PrefixRun, what scenarios.prefix_script (the script the grader replays) runs too.
 
 `sequence(tokens)` is a sequence built without paged_step: the test takes its blocks with
 pool.alloc and stores their K/V itself. `release(s)` gives a sequence's blocks back with
 pool.decref only (no free()), so that afterwards only the cache holds them.
 """
+import explain
+import rules
+import scenarios as sc
 import support
 
 SECTION = "Part 5 (bonus): shared prefix across requests"
@@ -28,14 +31,59 @@ def block_of(s, k):
 class PrefixBench:
     def __init__(self, pk, block_size=4, n_blocks=32, twin=False):
         self.pk, self.B, self.n_blocks, self.twin = pk, block_size, n_blocks, twin
-        self.calls, self.raises, self.view, self.n_seqs = [], {}, [], 0
+        self.run = sc.PrefixRun(pk, n_blocks=n_blocks, block_size=block_size, twin=twin)
+        self.reader, self.view, self.n_seqs = rules.Part5Reader(block_size), [], 0
 
     def _call(self, call, raises=None):
-        if raises:
-            self.raises[len(self.calls)] = raises
-        self.calls.append(call)
-        self.view = support.run_prefix(self.pk, self.calls, self.B, self.n_blocks, SECTION, self.raises, self.twin)
+        """Run one call and judge its record (problem). A request prefills with paged_step: while Part 2
+        does not work, the calls before the first request are checked and the rest of the test is
+        skipped, with the reason (a stub still fails the test: "not implemented yet")."""
+        rec = self.run.call(call)
+        if call[0] == "request" and not support.part2_works(self.pk):
+            support.wait(support.needs_part2(self.pk, "the rest of this test (cached_prefill computes with paged_step)"))
+        try:
+            self.view.append(self.reader.row(rec))
+        except (KeyError, TypeError, ValueError) as e:
+            support.fail(f"the cache's state could not be read: {e} (are refcount(), n_cached and n_hit_tokens "
+                         "integers?)", SECTION)
+        why = self.problem(rec, self.view[-1], raises)
+        if why:
+            n, ops = len(self.run.records), [r["op"] for r in self.run.records]
+            support.fail(f"after action {n} of {n}, {explain.describe_prefix_actions(ops)[-1]}: {why}", SECTION)
         return self.view[-1]["result"]
+
+    def problem(self, rec, row, raises):
+        """What every Part 5 call must do, on its record and its row of rules.part5_view (a sentence, or
+        None): a call given `raises` (an error's kind) raises that and changes nothing (tables,
+        refcounts, n_cached, n_hit_tokens), any other succeeds; the cache holds one reference on each
+        block it caches and none on others; with twin=True a request's logits equal your own prefill of
+        the same prompt without the cache."""
+        got = "no error" if rec["error"] is None else support.error_text(rec["error"])
+        if raises and row["error"] != raises:
+            return f"expected {raises}, got {got}"
+        if not raises and rec["error"] is not None:
+            return f"expected it to succeed, but it raised {got}"
+        if raises and not row.get("unchanged", True):
+            return (f"a call that raised {raises} must change nothing, but the tables, refcounts, n_cached or "
+                    "n_hit_tokens changed")
+        if row["bad_references"]:
+            b, r = row["bad_references"][0]
+            return (f"block {b}'s refcount is {r} more than the tables and the test holding it: the cache must hold "
+                    "exactly one reference (one pool.incref) on each block it caches, none on others")
+        if self.twin and rec["op"][0] == "request" and rec["error"] is None:
+            why = rules.twin_difference(rec, self._twin(self.run.twins[-1], rec))
+            if why:
+                return (f"its logits differ from your own prefill of the same prompt without the cache (a pool of "
+                        f"its own, the hit blocks' tokens first, then the rest): {why}")
+        return None
+
+    def _twin(self, plan, rec):
+        """A request's twin (scenarios.prefix_twin), run here on your implementation: the same prompt
+        prefilled without the cache."""
+        if plan is None:
+            return None
+        scenario, inputs = sc.prefix_twin(None, 0, self.n_blocks, self.B, plan["chain"], plan["pokes"])
+        return rules.step_twin(sc.SCENARIOS[scenario](self.pk, **inputs))
 
     def _new_seq(self):
         self.n_seqs += 1

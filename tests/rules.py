@@ -549,8 +549,20 @@ def part5_view(result, block_size):
     A request's result: the names of the blocks its lookup returned and how many of the prompt's tokens
     it computed (its length minus the hit blocks its table shares: what the cache decided, not the
     shape of the logits paged_step returned). Raises ValueError when the records do not have the scenario's form."""
-    names, view, before = {}, [], None
-    for n, rec in enumerate(result["records"]):
+    reader = Part5Reader(block_size)
+    return [reader.row(rec) for rec in result["records"]]
+
+
+class Part5Reader:
+    """part5_view one record at a time, in order (Part 5's public bench reads each call's record as it
+    comes): a block's name is given when it enters a table new, so the names carry over."""
+
+    def __init__(self, block_size):
+        self.block_size, self.names, self.before = block_size, {}, None
+
+    def row(self, rec):
+        """The next record's row of part5_view."""
+        names, before, block_size = self.names, self.before, self.block_size
         op, error = rec["op"], rec["error"]
         tables, held = rec["tables"], rec["held"]
         if error is None:
@@ -567,9 +579,8 @@ def part5_view(result, block_size):
             row["unchanged"] = (old == tables and before["refcounts"] == rec["refcounts"]
                                 and before["n_cached"] == rec["n_cached"]
                                 and before["n_hit_tokens"] == rec["n_hit_tokens"])
-        view.append(row)
-        before = rec
-    return view
+        self.before = rec
+        return row
 
 
 def cache_references(tables, held, refcounts):

@@ -133,10 +133,22 @@ def observe(fn, *args):
     return as_int(value) if error is None else "error: " + error["kind"]
 
 
+def refcounts(pool, n_blocks=None):
+    """observe(pool.refcount, b) for every block (pool.n_blocks of them unless given): read after
+    every action of every script, so in one pass when no call raises, else block by block."""
+    ids = range(pool.n_blocks if n_blocks is None else n_blocks)
+    try:
+        return [as_int(pool.refcount(b)) for b in ids]
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (observe says which block's call raised what)
+        return [observe(pool.refcount, b) for b in ids]
+
+
 def pool_state(pool):
     """Everything the contract lets anyone observe about a pool."""
     return {
-        "refcounts": [observe(pool.refcount, b) for b in range(pool.n_blocks)],
+        "refcounts": refcounts(pool),
         "n_used": observe(lambda: pool.n_used),
         "n_free": observe(lambda: pool.n_free),
         "peak_used": observe(lambda: pool.peak_used),
@@ -448,7 +460,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the
     test's setup (its pool actions before the first sequence action), "records": one per action}.
 
-    actions: ["new"], ["step", idx, chunks, as_numpy?], ["reserve", i, n], ["write", i, layer, start, n, seed],
+    actions: ["new"], ["step", idx, chunks, as_numpy?], ["prefill", i, tokens] (seq i's step as a cached prefill
+    runs it: block_steps; Part 5's twins), ["reserve", i, n], ["write", i, layer, start, n, seed],
     ["read", i, layer, length], ["poke", i, pos, seed, n?] (the test overwrites positions pos..pos+n-1,
     default n = 1, of seq i in storage: later logits must read them), ["alloc"] (the test takes a block; result: its handle),
     ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
@@ -495,6 +508,9 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
                 raise
             raise _Unfinished() from None
 
+    def prefill(i, tokens):
+        return [as_array(block_steps(pk.paged_step, cfg, block_size)(prm, cfg, [seqs[i]], [list(tokens)])[0])]
+
     def mirror(i, n=None):
         """What fork (or, with n, a cache hit of n blocks) does, done by the test through the contract's
         attributes (blocks, length) and pool.incref, so that Part 2's step is tested on shared blocks
@@ -528,7 +544,8 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
                 return None
         return None
 
-    calls = {"new": new, "step": step, "reserve": lambda i, n: seqs[i].reserve(n), "write": write, "read": read,
+    calls = {"new": new, "step": step, "prefill": prefill, "reserve": lambda i, n: seqs[i].reserve(n), "write": write,
+             "read": read,
              "take_rest": take_rest,
              "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
              "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
@@ -648,7 +665,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     for op, *args in actions:
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
-                        **seq_state(seqs), "refcounts": [observe(pool.refcount, b) for b in range(pool.n_blocks)]})
+                        **seq_state(seqs), "refcounts": refcounts(pool)})
     return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg)}
 
 
@@ -927,7 +944,7 @@ def _drive(pk, fn, pool, choices=None, **kw):
 def in_use(pool):
     """Blocks whose refcount is above 0 (what n_used should say; Part 4 does not rely on n_used).
     An answer that is not an integer counts as in use, but a ValueError counts as free."""
-    return sum(1 for b in range(pool.n_blocks) if observe(pool.refcount, b) not in (0, "error: ValueError"))
+    return sum(1 for r in refcounts(pool) if r not in (0, "error: ValueError"))
 
 
 def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=1.0, seed=0,
@@ -1034,130 +1051,208 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     on the hit blocks it shared (its own chain), so that a step that depends on how a prompt is cut
     into chunks (Part 2's bug) computes the same K/V on both sides.
     """
-    cfg = config(cfg)
-    prm = params(cfg, param_seed)
-    B = block_size
-    stub = bonus_stub(pk)
-    if stub is not None:        # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
-        raise stub
-    pool = working_pool(pk, cfg, n_blocks, block_size, ledger)      # as its twin's (a step_script) storage
-    cache = pk.PrefixCache(pool)
-    seqs, held, poked, twins = [], [], {}, []         # seqs: {"tokens", "made", "obj" or "blocks"}
-    maker, chains, hits_of = {}, {}, {}          # block id -> (seq, logical block) it was made for; request -> its chain
+    run = PrefixRun(pk, cfg, param_seed, n_blocks, block_size, twin, ledger)
+    for action in actions:
+        run.call(action)
+    return {"records": run.records, "twins": run.twins, "alone": run.alone}
 
-    def table(s):
+
+class PrefixRun:
+    """prefix_script one action at a time (Part 5's public tests call it directly): `call(action)` runs
+    one action of prefix_script's form and returns its record, also appended to `records` (and its
+    entries to `twins` and `alone`). While an action runs (and only then), paged_step is block_steps'
+    (a replacement of pk.paged_step made during an action stays for the next ones, as in one run)."""
+
+    def __init__(self, pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, twin=True, ledger=None):
+        self.pk, self.cfg, self.n_blocks, self.B, self.twin = pk, config(cfg), n_blocks, block_size, twin
+        self.prm = params(self.cfg, param_seed)
+        stub = bonus_stub(pk)
+        if stub is not None:    # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
+            raise stub
+        self.pool = working_pool(pk, self.cfg, n_blocks, block_size, ledger)   # as its twin's (a step_script) storage
+        self._step = block_steps(pk.paged_step, self.cfg, block_size)
+        self.cache = self._stepping(pk.PrefixCache, self.pool)
+        self.seqs, self.held, self.poked = [], [], {}     # seqs: {"tokens", "made", "obj" or "blocks"}
+        self.maker, self.chains, self.hits_of = {}, {}, {}  # block id -> (seq, logical block); request -> chain, hits
+        self.records, self.twins, self.alone = [], [], []
+        self.calls = {"request": self.request, "seq": self.own, "insert": self.insert, "release": self.release,
+                      "overwrite": self.overwrite, "lookup": lambda t: [as_int(b) for b in self.cache.lookup(t)],
+                      "evict": lambda n: as_int(self.cache.evict(n)), "hold": self.hold,
+                      "hold_until": self.hold_until, "unhold": self.unhold, "bad_prefill": self.bad_prefill}
+
+    def _stepping(self, fn, *args):
+        """fn(*args) with pk.paged_step as block_steps runs it, restored after."""
+        outside, self.pk.paged_step = self.pk.paged_step, self._step
+        try:
+            return fn(*args)
+        finally:
+            self._step, self.pk.paged_step = self.pk.paged_step, outside
+
+    def call(self, action):
+        return self._stepping(self._call, action)
+
+    def _call(self, action):
+        op, *args = action
+        before = len(self.twins)
+        result, error = attempt(self.calls[op], *args)
+        if len(self.twins) == before:
+            self.twins.append(None)
+        if op == "request" and error is not None:
+            self.seqs[-1]["made"] = []
+        self.alone.append(step_alone(self.pk, self.cfg, self.prm, self.B, args[0])
+                          if op == "request" and error is not None else None)
+        pool, cache = self.pool, self.cache
+        self.records.append({"op": [op, *args], "result": result, "error": error,
+                             "tables": [[as_int(b) for b in self.table(s)] for s in self.seqs],
+                             "held": [as_int(b) for b in self.held],
+                             "refcounts": refcounts(pool, self.n_blocks),
+                             "n_cached": observe(lambda: cache.n_cached),
+                             "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
+        return self.records[-1]
+
+    def table(self, s):
         return list(s["obj"].blocks) if "obj" in s else s["blocks"]
 
-    def handed_out(blocks, s=None, first=0):
+    def handed_out(self, blocks, s=None, first=0):
         for i, b in enumerate(blocks, start=first):
-            poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
-            maker.pop(as_int(b), None)
+            self.poked.pop(as_int(b), None)      # a block handed out anew holds no overwrite of the test's
+            self.maker.pop(as_int(b), None)
             if s is not None:
-                maker[as_int(b)] = (s, i)
+                self.maker[as_int(b)] = (s, i)
 
-    def chain(s, tokens, h):
+    def chain(self, s, tokens, h):
         """[[prompt, h], ...]: the requests that computed the first h blocks of `tokens`, first made first,
         then this one; a prefix the test stored itself (or out of reach) is one chunk of its tokens."""
-        m, i = maker.get(hits_of[s][h - 1], (None, None)) if h else (None, None)
+        B = self.B
+        m, i = self.maker.get(self.hits_of[s][h - 1], (None, None)) if h else (None, None)
         if not h:
             return [[list(tokens), 0]]
-        if m in chains and m != s and i == h - 1 and seqs[m]["tokens"][:h * B] == list(tokens[:h * B]):
-            return chains[m] + [[list(tokens), h]]
+        if m in self.chains and m != s and i == h - 1 and self.seqs[m]["tokens"][:h * B] == list(tokens[:h * B]):
+            return self.chains[m] + [[list(tokens), h]]
         return [[list(tokens[:h * B]), 0], [list(tokens), h]]
 
-    def request(tokens):
-        seq = build("PagedSequence", pk.PagedSequence, pool)
-        seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
-        found, _ = attempt(cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
+    # ------------------------------------------------------------------ the actions
+    def request(self, tokens):
+        pk = self.pk
+        seq = build("PagedSequence", pk.PagedSequence, self.pool)
+        self.seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
+        found, _ = attempt(self.cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
         hits = [as_int(b) for b in found] if isinstance(found, list) else []
-        s = len(seqs) - 1
-        hits_of[s] = hits
-        logits = as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+        s = len(self.seqs) - 1
+        self.hits_of[s] = hits
+        logits = as_array(pk.cached_prefill(self.prm, self.cfg, seq, list(tokens), self.cache))
         made = [as_int(b) for b in seq.blocks]
-        seqs[-1]["made"] = made
-        h = shared_hits(made, hits, len(tokens), len(logits), B)
-        chains[s] = chain(s, tokens, h)
-        twins.append({"h": h, "pokes": [poked.get(b) for b in hits[:h]], "chain": chains[s]} if twin else None)
-        handed_out(made[h:], s, h)
+        self.seqs[-1]["made"] = made
+        h = shared_hits(made, hits, len(tokens), len(logits), self.B)
+        self.chains[s] = self.chain(s, tokens, h)
+        self.twins.append({"h": h, "pokes": [self.poked.get(b) for b in hits[:h]], "chain": self.chains[s]}
+                          if self.twin else None)
+        self.handed_out(made[h:], s, h)
         return {"hits": hits, "rows": len(logits), "logits": logits}
 
-    def own(tokens, seed):
-        blocks = []
+    def own(self, tokens, seed):
+        pool, blocks = self.pool, []
         try:
-            for _ in range(-(-len(tokens) // B)):
+            for _ in range(-(-len(tokens) // self.B)):
                 blocks.append(pool.alloc())
         except MemoryError:
             for b in blocks:
                 pool.decref(b)
             raise
-        handed_out(blocks, len(seqs))
+        self.handed_out(blocks, len(self.seqs))
         put_kv(pool, blocks, 0, len(tokens), seed)
-        seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
+        self.seqs.append({"tokens": list(tokens), "blocks": blocks, "made": [as_int(b) for b in blocks]})
 
-    def insert(s, n=None, spec=None):
-        tokens = seqs[s]["tokens"][:n] if n is not None else seqs[s]["tokens"]
-        blocks = table(seqs[s]) if spec is None else [_spec_block(pool, seqs, table(seqs[s]), e) for e in spec]
-        return as_int(cache.insert(tokens, blocks))
+    def insert(self, s, n=None, spec=None):
+        seq = self.seqs[s]
+        tokens = seq["tokens"][:n] if n is not None else seq["tokens"]
+        blocks = self.table(seq) if spec is None else [_spec_block(self.pool, self.seqs, self.table(seq), e)
+                                                       for e in spec]
+        return as_int(self.cache.insert(tokens, blocks))
 
-    def release(s):
-        blocks = table(seqs[s])
-        for b in blocks:
-            pool.decref(b)
-        if "obj" in seqs[s]:
-            seqs[s]["obj"].blocks, seqs[s]["obj"].length = [], 0
+    def release(self, s):
+        seq = self.seqs[s]
+        for b in self.table(seq):
+            self.pool.decref(b)
+        if "obj" in seq:
+            seq["obj"].blocks, seq["obj"].length = [], 0
         else:
-            seqs[s]["blocks"] = []
+            seq["blocks"] = []
 
-    def overwrite(s, i, seed):
-        b = seqs[s]["made"][i]
-        put_kv(pool, [b], 0, B, seed)
-        poked[b] = seed
+    def overwrite(self, s, i, seed):
+        b = self.seqs[s]["made"][i]
+        put_kv(self.pool, [b], 0, self.B, seed)
+        self.poked[b] = seed
 
-    def hold(n):
+    def hold(self, n):
         for _ in range(n):
-            held.append(pool.alloc())
-        handed_out(held)
+            self.held.append(self.pool.alloc())
+        self.handed_out(self.held)
 
-    def hold_until(k):
-        for _ in range(n_blocks):           # bounded: a pool whose n_free never falls cannot hang the test
-            if not as_int(pool.n_free) > k:
+    def hold_until(self, k):
+        for _ in range(self.n_blocks):      # bounded: a pool whose n_free never falls cannot hang the test
+            if not as_int(self.pool.n_free) > k:
                 break
-            held.append(pool.alloc())
-        handed_out(held)
+            self.held.append(self.pool.alloc())
+        self.handed_out(self.held)
 
-    def unhold():
-        while held:
-            pool.decref(held.pop())
+    def unhold(self):
+        while self.held:
+            self.pool.decref(self.held.pop())
 
-    def bad_prefill(kind, tokens):
-        seq = pk.PagedSequence(pk.BlockPool(cfg, 4, B) if kind == "other_pool" else pool)
+    def bad_prefill(self, kind, tokens):
+        pk, pool, held = self.pk, self.pool, self.held
+        seq = pk.PagedSequence(pk.BlockPool(self.cfg, 4, self.B) if kind == "other_pool" else pool)
         if kind in ("filled", "reserved"):         # the sequence holds the test's last block too
             pool.incref(held[-1])
             seq.blocks, seq.length = [held[-1]], 1 if kind == "filled" else 0
         try:
-            return as_array(pk.cached_prefill(prm, cfg, seq, list(tokens), cache))
+            return as_array(pk.cached_prefill(self.prm, self.cfg, seq, list(tokens), self.cache))
         finally:
             if kind in ("filled", "reserved"):
                 pool.decref(held[-1])
 
-    calls = {"request": request, "seq": own, "insert": insert, "release": release, "overwrite": overwrite,
-             "lookup": lambda t: [as_int(b) for b in cache.lookup(t)], "evict": lambda n: as_int(cache.evict(n)),
-             "hold": hold, "hold_until": hold_until, "unhold": unhold, "bad_prefill": bad_prefill}
-    records, alone = [], []
-    for op, *args in actions:
-        before = len(twins)
-        result, error = attempt(calls[op], *args)
-        if len(twins) == before:
-            twins.append(None)
-        if op == "request" and error is not None:
-            seqs[-1]["made"] = []
-        alone.append(step_alone(pk, cfg, prm, block_size, args[0]) if op == "request" and error is not None else None)
-        records.append({"op": [op, *args], "result": result, "error": error,
-                        "tables": [[as_int(b) for b in table(s)] for s in seqs], "held": [as_int(b) for b in held],
-                        "refcounts": [observe(pool.refcount, b) for b in range(n_blocks)],
-                        "n_cached": observe(lambda: cache.n_cached),
-                        "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
-    return {"records": records, "twins": twins, "alone": alone}
+
+def block_pieces(tokens, block_size):
+    """A chunk as block_steps runs it again: a block at a time."""
+    return [tokens[i:i + block_size] for i in range(0, len(tokens), block_size)] or [tokens]
+
+
+def block_steps(step, cfg, block_size):
+    """paged_step as Part 5's scripts call it (the contract's cached_prefill runs paged_step on the
+    rest of the prompt) and as their twins call it (step_script's "prefill"): the step as it is;
+    only when it raises although it is one sequence's chunk of valid token ids that spans more than
+    a block and fits (the contract's count, step_need, on the state before the step) is it run
+    again a block at a time, its logits joined. A correct step never raises there, so it is never
+    run again; a step that must raise (it does not fit, a bad id) raises. How many blocks one step
+    of a long chunk takes is Part 2's count, judged by Part 2's checks (as Part 4's grow does), so
+    it does not also cost a cached prefill; the twin runs the same way, so both sides compute alike."""
+    def paged_step(params, cfg_, seqs, chunks):
+        again = _fits_in_pieces(cfg, block_size, seqs, chunks)
+        try:
+            return step(params, cfg_, seqs, chunks)
+        except NotImplementedError:
+            raise
+        except Exception:  # noqa: BLE001  (a step that fits and raises: Part 2's, run again in pieces)
+            if not again:
+                raise
+        rows = [as_array(step(params, cfg_, seqs, [piece])[0]) for piece in block_pieces(chunks[0], block_size)]
+        return [np.concatenate(rows)]
+    return paged_step
+
+
+def _fits_in_pieces(cfg, block_size, seqs, chunks):
+    try:
+        if len(seqs) != 1 or len(chunks) != 1 or len(chunks[0]) <= block_size:
+            return False
+        if not all(type(as_int(t)) is int and 0 <= as_int(t) < cfg.vocab for t in chunks[0]):
+            return False
+        seq, n = seqs[0], len(chunks[0])
+        length, free = as_int(seq.length), as_int(seq.pool.n_free)
+        return type(length) is int and type(free) is int and length + n <= cfg.max_len \
+            and step_need(seq.pool, [seq], [n]) <= free
+    except Exception:  # noqa: BLE001  (whatever the state is, the step then runs as it is)
+        return False
 
 
 def step_alone(pk, cfg, prm, block_size, tokens):
@@ -1205,14 +1300,15 @@ def prefix_twin(cfg, param_seed, n_blocks, block_size, chain, pokes):
     first prompt stepped whole, then each next one on a sequence sharing the previous one's first h
     blocks (["mirror"]: what a cache hit does, done by the test) stepped from there, as the cached run
     computed them; before the last step the test's overwrites of the hit blocks (pokes: a seed or None
-    per hit). The request's logits must equal the last step's."""
+    per hit). Every chunk is stepped as a cached prefill steps it (["prefill"]: block_steps). The
+    request's logits must equal the last step's."""
     B = block_size
-    actions = [["new"], ["step", [0], [list(chain[0][0])]]]
+    actions = [["new"], ["prefill", 0, list(chain[0][0])]]
     for j, (tokens, h) in enumerate(chain[1:], start=1):
         actions.append(["mirror", j - 1, h])
         if j == len(chain) - 1:
             actions += [["poke", j, i * B, seed, B] for i, seed in enumerate(pokes) if seed is not None]
-        actions.append(["step", [j], [list(tokens[h * B:])]])
+        actions.append(["prefill", j, list(tokens[h * B:])])
     room = sum(len(t) // B + 2 for t, _ in chain)
     return ["step_script", {"cfg": cfg, "param_seed": param_seed, "n_blocks": n_blocks + room,
                             "block_size": B, "actions": actions}]

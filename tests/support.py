@@ -303,15 +303,6 @@ def _copy_note(result):
 
 
 # ------------------------------------------------------------------------- Part 5 (bonus): the cache
-def _prefix_twin(pk, plan, rec, n_blocks, block_size):
-    """A request's twin (scenarios.prefix_twin), run here on your implementation: the same prompt
-    prefilled without the cache."""
-    if plan is None:
-        return None
-    scenario, inputs = sc.prefix_twin(None, 0, n_blocks, block_size, plan["chain"], plan["pokes"])
-    return rules.step_twin(sc.SCENARIOS[scenario](pk, **inputs))
-
-
 def bonus_attempted(pk, part="prefix_cache"):
     """A bonus part is extra credit: a file without any of its top-level names (written before the
     part existed, or without it) skips its tests with one reason instead of failing them."""
@@ -322,45 +313,3 @@ def bonus_attempted(pk, part="prefix_cache"):
         pytest.skip(labtool.not_attempted(labtool.BONUS_ABSENT, part))
     if missing:
         fail(f"Part {registry.number(part)} (bonus) is half there: paged_kv.py does not define {', '.join(missing)}")
-
-
-def run_prefix(pk, actions, block_size, n_blocks=32, section=None, errors=None, twin=False):
-    """prefix_script plus the checks every Part 5 script must pass: the actions in `errors` ({index:
-    kind}) raise that error and change nothing (tables, refcounts, n_cached, n_hit_tokens), every
-    other action succeeds; the cache holds one reference on each block it caches and none on others;
-    with twin=True every request's logits equal your own prefill of the same prompt without the cache.
-    Returns rules.part5_view, where blocks are named by what they were made for ("1.2" = block 2 of
-    seq 1). A request prefills with paged_step: while Part 2 does not work, the actions before the
-    first request are checked and the rest of the test is skipped, with the reason (a stub still
-    fails the test: "not implemented yet")."""
-    result = sc.prefix_script(pk, n_blocks=n_blocks, block_size=block_size, actions=actions, twin=twin)
-    records, errors = result["records"], errors or {}
-    first_request = next((i for i, a in enumerate(actions) if a[0] == "request"), len(actions))
-    checked = len(records) if first_request == len(actions) or part2_works(pk) else first_request
-    said = explain.describe_prefix_actions(actions)
-    try:
-        view = rules.part5_view({**result, "records": records[:checked]}, block_size)
-    except (KeyError, TypeError, ValueError) as e:
-        fail(f"the cache's state could not be read: {e} (are refcount(), n_cached and n_hit_tokens integers?)", section)
-    for i, (rec, row) in enumerate(zip(records, view)):
-        where_ = f"after action {i + 1} of {len(records)}, {said[i]}"
-        got = "no error" if rec["error"] is None else error_text(rec["error"])
-        if i in errors and row["error"] != errors[i]:
-            fail(f"{where_}: expected {errors[i]}, got {got}", section)
-        if i not in errors and rec["error"] is not None:
-            fail(f"{where_}: expected it to succeed, but it raised {got}", section)
-        if i in errors and not row.get("unchanged", True):
-            fail(f"{where_}: a call that raised {errors[i]} must change nothing, but the tables, refcounts, n_cached "
-                 "or n_hit_tokens changed", section)
-        if row["bad_references"]:
-            b, r = row["bad_references"][0]
-            fail(f"{where_}: block {b}'s refcount is {r} more than the tables and the test holding it: the cache must "
-                 "hold exactly one reference (one pool.incref) on each block it caches, none on others", section)
-        if twin and rec["op"][0] == "request" and rec["error"] is None:
-            why = rules.twin_difference(rec, _prefix_twin(pk, result["twins"][i], rec, n_blocks, block_size))
-            if why:
-                fail(f"{where_}: its logits differ from your own prefill of the same prompt without the cache "
-                     f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}", section)
-    if checked < len(records):
-        wait(needs_part2(pk, "the rest of this test (cached_prefill computes with paged_step)"))
-    return view

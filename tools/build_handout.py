@@ -10,6 +10,7 @@ handout/ (the students' requirements select versions for Python 3.9+; the root r
 stays the grader's pins). Never solution/, grader/, checks/ or .ci/.
 """
 import argparse
+import ast
 import re
 import sys
 import zipfile
@@ -21,7 +22,31 @@ import registry  # noqa: E402    which parts are bonus, their test files and num
 
 TOP = "paged-attention"                       # the folder the zip unpacks to
 STAMP = (2025, 1, 1, 0, 0, 0)                 # fixed timestamps: the same sources give the same zip
-BONUS_FILES = tuple(f"tests/{p.test_file}" for p in registry.bonus())  # left out when the bonus is switched off
+
+
+def _imports(path):
+    """The top-level names of the modules a file imports."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def bonus_files():
+    """The bonus parts' public test files and the tests/ modules only they import (a part's bench)."""
+    tests, bonus = ROOT / "tests", {p.test_file for p in registry.bonus()}
+    users = {}
+    for f in tests.glob("*.py"):
+        for name in _imports(f):
+            users.setdefault(f"{name}.py", set()).add(f.name)
+    only = {m for m, by in users.items() if (tests / m).is_file() and bonus and by <= bonus}
+    return tuple(sorted(f"tests/{m}" for m in bonus | only))
+
+
+BONUS_FILES = bonus_files()                   # left out when the bonus is switched off
 BONUS_NUMBERS = "|".join(str(p.number) for p in registry.bonus())
 BONUS_MARKDOWN = ("assignment.md", "assignment.zh-CN.md", "README.md")   # their <!-- bonus --> regions likewise
 BONUS_LINES = ("Makefile", "lab/demo.py")     # and their lines that end with "# bonus" (make help, demo 5)

@@ -14,8 +14,11 @@ as "bonus not attempted": a probe that wrongly decides a correct file must wait 
 would otherwise hide the tests it skips.
 """
 import argparse
+import atexit
 import concurrent.futures
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,23 +39,46 @@ NOT_ATTEMPTED = {part: {labtool.not_attempted(state, part) for state in labtool.
                  for part in labtool.BONUS_PARTS}      # the only skips a correct implementation may have
 
 
-def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS):
+_PYCACHE = []
+
+
+def own_corpus_env():
+    """The environment of the runs of our own corpus (its public tests, its warm gradings: run.py):
+    their modules compiled once per selftest into a folder of its own (PYTHONPYCACHEPREFIX), not once
+    per run, and never next to the sources the hostile submissions' gradings watch. Never a hostile
+    submission's grading: its trusted process reads no pyc a run could have written."""
+    if not _PYCACHE:
+        _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
+        atexit.register(shutil.rmtree, _PYCACHE[0], True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0]}
+
+
+def _launch(args, cwd, log, env, timeout):
+    """`python -m pytest ARGS` as a subprocess: its exit code, its output in `log`."""
+    with open(log, "wb") as out:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, timeout=timeout).returncode
+
+
+def public_failures(impl_dir, timeout=PUBLIC_TIMEOUT, correct=False, tests=TESTS, launch=_launch):
     """{part: [names of failing public tests]} for the paged_kv.py in impl_dir; {"(run)": [why]} when
     the public tests could not run at all. correct: impl_dir is a correct implementation, so a test
     skipped for any reason but its bonus part's "bonus not attempted" is listed too, as "NAME
-    (skipped: REASON)". tests: the public tests' folder (a copy, for the selftest's own checks)."""
+    (skipped: REASON)". tests: the public tests' folder (a copy, for the selftest's own checks).
+    launch(args, cwd, log, env, timeout): runs `python -m pytest ARGS` (run.py's warm start can)."""
     tests = Path(tests)
     with tempfile.TemporaryDirectory() as tmp:
-        junit = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}",
-               f"--impl={impl_dir}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        junit, log = Path(tmp) / "junit.xml", Path(tmp) / "pytest.log"
+        args = [str(tests), "-c", str(tests / "pytest.ini"), f"--rootdir={tests}", f"--impl={impl_dir}", "-q", "-p",
+                "no:cacheprovider", f"--junitxml={junit}"]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            code = launch(args, tmp, log, own_corpus_env(), timeout)
         except subprocess.TimeoutExpired:
             return {"(run)": [f"the public tests took more than {timeout:g} s"]}
         if not junit.is_file():
-            return {"(run)": [(proc.stdout + proc.stderr).strip()[-300:] or f"pytest exit {proc.returncode}"]}
+            said = log.read_text(errors="replace").strip()[-300:] if log.is_file() else ""
+            return {"(run)": [said or f"pytest exit {code}"]}
         failed = {}
         for case in ET.parse(junit).getroot().iter("testcase"):
             module = case.get("classname", "").split(".")[-1]

@@ -3,7 +3,9 @@
     python -m grader.selftest.run [--jobs 2] [--only mutants|variants|hostile|strategic] [--seed N] [--json PATH]
 
 Each submission is built into a temp folder and graded by the grader's own command line,
-`python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be. Checks:
+`python -m grader SUBMISSION --results PATH` (N at a time), exactly as a student's would be; our own
+corpus (mutants, variants, the strategic corpus) through warm.py, which forks that command from one
+process with the imports done (--cold: not). Checks:
 
   * the reference scores 100 (110 with the bonus on: rubric.BONUS) and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
@@ -21,7 +23,8 @@ Each submission is built into a temp folder and graded by the grader's own comma
     leak_* ones read back no more hidden tokens than feedback.PART_BITS per part allows), leaves
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
-  * grading the reference and two mutants twice gives identical results apart from execution_time;
+  * grading the reference, two mutants and a variant twice gives identical results apart from
+    execution_time (the second time by the command line: the warm start's gradings agree with it);
   * the strategic corpus (strategic.py): for every pair (bug X, sacrifice S in another part) the losses
     add up, loss(X + S) >= loss(X) + loss(S), in total and per part; no trick scores above its honest
     base, Part 3's gathering loses Part 3's points; an entry fails unless strategic.KNOWN_OPEN lists it,
@@ -59,13 +62,15 @@ from grader import feedback, rubric  # noqa: E402
 from grader.selftest import cascade, earns, leaks, strategic  # noqa: E402
 from grader.selftest import hostile as hostile_mod  # noqa: E402
 from grader.selftest import mutants as mutants_mod  # noqa: E402
+from grader.selftest import warm as warm_mod  # noqa: E402
 
 PARTS = tuple(p for p in mutants_mod.PARTS if p in rubric.ALL_PARTS)     # a bonus switched off is not graded
 FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # the reference's score: 100, plus the bonus when it is on
 WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
 DETACHED_WAIT = 12.0                                       # s after the last grading
 GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
-DETERMINISM_MUTANTS = ("alloc_fifo_reuse", "cow_always_n_copies")
+DETERMINISM = ("alloc_fifo_reuse", "cow_always_n_copies", "trie_ordereddict")    # and a variant: the
+# twins go through the command line, the originals through the warm start: the two must agree
 SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
 SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
               "pytest.ini", "results.json")
@@ -129,8 +134,10 @@ def corpus(only, port, seed=0):
                 continue                # aimed at a bonus part the rubric switched off
             subs.append(Sub("hostile", h.name, hostile_mod.build(h, port), base=h.base))
     if want_mutants:
-        for twin in ("reference", *DETERMINISM_MUTANTS):
-            orig = next(s for s in subs if s.name == twin)
+        for twin in ("reference", *DETERMINISM):
+            orig = next((s for s in subs if s.name == twin), None)
+            if orig is None:
+                continue                # a variant, with --only mutants
             subs.append(Sub("again", twin, orig.text, base=f"{orig.kind}:{twin}"))
     for s in subs:
         s.key = f"{s.kind}:{s.name}"
@@ -179,27 +186,53 @@ def order(subs):
 GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-args)
 
 
+WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's warm start (our own corpus)
+WARM = []             # [the warm.Warm server] while main runs, unless --cold
+
+
+def _warm_grade(s, log):
+    argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
+    try:
+        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        s.exit = None
+        s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
+        return
+    if s.exit is None:
+        s.problems.append("the warm start's server died (warm.py)")
+
+
+def _warm_pytest(args, cwd, log, env, timeout):
+    return WARM[0].run("pytest", args, cwd, log, env, timeout)
+
+
 def grade(s, root):
-    """Run the grader's command line on one submission; fills exit, wall, data, raw."""
+    """Run the grader's command line on one submission (through the warm start for WARM_KINDS); fills
+    exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
     cmd = [sys.executable, "-m", "grader", str(s.path), "--results", str(s.results), *GRADER_ARGS]
+    warm = bool(WARM) and s.kind in WARM_KINDS
     start = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            s.exit = proc.wait(GRADING_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            s.exit = None
-            s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
+    if warm:
+        _warm_grade(s, log)
+    else:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                s.exit = proc.wait(GRADING_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                s.exit = None
+                s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
     s.wall = time.monotonic() - start
     with open(log, "rb") as f:
         f.seek(max(0, log.stat().st_size - 4000))
         s.stderr = f.read().decode("utf-8", "replace")
     if s.kind in ("reference", "mutant", "variant"):      # our own corpus: safe to run outside the sandbox
-        s.public = cascade.public_failures(s.path.parent, correct=s.kind in ("reference", "variant"))
+        s.public = cascade.public_failures(s.path.parent, correct=s.kind in ("reference", "variant"),
+                                           launch=_warm_pytest if WARM else cascade._launch)
     if s.exit not in (0, None):
         s.problems.append(f"the grader exited {s.exit}: {s.stderr.strip()[-600:]}")
     try:
@@ -386,6 +419,8 @@ def main(argv=None):
                     "targeted sacrifices aim at this seed's cases; KNOWN_OPEN is seed 0's)")
     ap.add_argument("--json", help="write every verdict and timing here")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (submissions, results, logs)")
+    ap.add_argument("--cold", action="store_true", help="every grading and public-test run by its own command line "
+                    "(no warm start: warm.py)")
     ap.add_argument("--allow-unisolated", action="store_true",
                     help="run the hostile submissions even when not root (no isolation)")
     ap.add_argument("--grader-args", default="", help="extra arguments for every `python -m grader` call "
@@ -405,6 +440,7 @@ def main(argv=None):
             return 0
         only = "nonhostile"
     canary = Canary()
+    WARM[:] = [] if args.cold else [warm_mod.Warm(REPO)]
     subs = corpus(None if only == "nonhostile" else only, canary.port, args.seed)
     if only == "nonhostile":
         subs = [s for s in subs if s.kind not in ("hostile", "stubs")]
@@ -435,6 +471,9 @@ def main(argv=None):
         evaluate(subs, before, after, kept, canaries, canary, dropped_before, since, root, failures, notes)
     finally:
         canary.close()
+        for server in WARM:
+            server.close()
+        WARM.clear()
         for c in canaries:
             if not c.exists():
                 c.parent.mkdir(exist_ok=True)
