@@ -37,43 +37,68 @@ def bonus_on():
     yield from _switched(True)
 
 
-# ------------------------------------------------------------------ the selftest, in the background
-SELFTEST = "checks/test_selftest.py::test_grader_passes_its_selftest"
-SELFTEST_RUN = pytest.StashKey()
+# ------------------------------------------------------------------ long commands, in the background
+STARTED = pytest.StashKey()
+
+
+class Background:
+    """One long command of a check, started when collection ended (see below); `wait` gives its exit
+    code and output once it is done."""
+
+    def __init__(self, argv):
+        self.folder = Path(tempfile.mkdtemp(prefix="cs349e-check-background-"))
+        self.out = open(self.folder / "output.txt", "w+b")      # noqa: SIM115  (closed at the session's end)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+
+    def wait(self, timeout):
+        """(exit code, output); a command past `timeout` s is killed (its code then says so)."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.out.seek(0)
+        return code, self.out.read().decode("utf-8", "replace")
+
+    def stop(self):
+        if self.proc.poll() is None:          # the session ended before its test waited for it
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
 
 
 @pytest.hookimpl(trylast=True)         # after -k / -m have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
-    """The selftest (grader/selftest/run.py: most of make check's CPU, in a process of its own) starts
-    as soon as collection ends, and its test runs last, waiting for it: the other checks run
-    meanwhile, on the cores it leaves idle. They write nothing into the folders it watches (make check
-    runs with PYTHONDONTWRITEBYTECODE)."""
-    mine = [item for item in items if item.nodeid == SELFTEST]
-    if not mine or config.option.collectonly:
+    """A check whose work is one long command (its module's BACKGROUND: test name -> folder ->
+    argv, or None when it cannot run here) has it started as soon as collection ends, and runs
+    last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
+    it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
+    nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE)."""
+    if config.option.collectonly:
         return
-    items.remove(mine[0])
-    items.append(mine[0])
-    folder = Path(tempfile.mkdtemp(prefix="cs349e-check-selftest-"))
-    out = open(folder / "report.txt", "w+b")      # noqa: SIM115  (read by the test, closed at the end)
-    proc = subprocess.Popen([sys.executable, "-m", "grader.selftest.run", "--json", str(folder / "selftest.json")],
-                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    config.stash[SELFTEST_RUN] = (proc, out, folder)
     import outside
-    outside.EXCLUDED.add(proc.pid)        # the checks that kill workers kill only their own
+    started, late = {}, []
+    for item in items:
+        command = getattr(getattr(item, "module", None), "BACKGROUND", {}).get(getattr(item, "originalname", None))
+        argv = command() if command else None
+        if argv:
+            started[item.nodeid] = Background(argv)
+            outside.EXCLUDED.add(started[item.nodeid].proc.pid)   # the checks that kill workers kill only their own
+            late.append(item)
+    for item in late:
+        items.remove(item)
+        items.append(item)
+    config.stash[STARTED] = started
 
 
 def pytest_unconfigure(config):
-    run = config.stash.get(SELFTEST_RUN, None)
-    if run is not None:
-        proc, out, _ = run
-        if proc.poll() is None:          # the session ended before its test waited for it
-            proc.kill()
-            proc.wait()
-        out.close()
+    for run in config.stash.get(STARTED, {}).values():
+        run.stop()
 
 
 @pytest.fixture
-def background_selftest(request):
-    """(the selftest's process, its output file, its folder) started at collection (see above), or
-    None when this session did not start it (the test was collected alone with --co, say)."""
-    return request.config.stash.get(SELFTEST_RUN, None)
+def background(request):
+    """This test's Background, started at collection (see above), or None when this session did not
+    start it (collected with --co, or its command cannot run here)."""
+    return request.config.stash.get(STARTED, {}).get(request.node.nodeid)
