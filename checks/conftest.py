@@ -74,7 +74,8 @@ def pytest_collection_modifyitems(config, items):
     argv, or None when it cannot run here) has it started as soon as collection ends, and runs
     last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
     it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
-    nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE)."""
+    nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE).
+    A check marked `quiet` (it starves the machine itself) runs after them, on a machine they left."""
     if config.option.collectonly:
         return
     import outside
@@ -86,7 +87,8 @@ def pytest_collection_modifyitems(config, items):
             started[item.nodeid] = Background(argv)
             outside.EXCLUDED.add(started[item.nodeid].proc.pid)   # the checks that kill workers kill only their own
             late.append(item)
-    for item in late:
+    quiet = [item for item in items if item.get_closest_marker("quiet")]   # after the background's tests
+    for item in late + quiet:
         items.remove(item)
         items.append(item)
     config.stash[STARTED] = started

@@ -342,6 +342,7 @@ def run(cpu):
 
 @root_only                     # os.nice(-19) for the hog, the worker's autogroup niced
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_a_worker_the_machine_starves_gets_more_time_then_is_the_machines(make_box):
     """The worker pinned to one CPU, where a hog of the highest priority starts as soon as the worker
     says "started" (a few hundredths of that CPU are left to it); the call needs 0.5 s of CPU within

@@ -20,7 +20,7 @@ to one public address. Every file an attack leaves contains TOKEN, every process
 import inspect
 from dataclasses import dataclass, replace
 
-from grader.selftest import leaks, mutants
+from grader.selftest import leaks, mutants, strategic
 
 TOKEN = "SELFTEST-" + "HOSTILE"   # spelled in two pieces: this file must not carry the token it looks for
 CANARY_PORT = 47391          # the runner listens here (or passes another port to build())
@@ -1280,41 +1280,16 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     return logits
 '''
 
-# A Part 4 bug only a twin can see: paged_step writes and reads K/V through the tables it read BEFORE
-# reserve's copy-on-write, so a copied block misses the step's K/V and the shared one gets it.
-_STALE_TABLE_STEP = r'''
-def paged_step(params, cfg, seqs, chunks):
-    seqs, chunks = list(seqs), list(chunks)
-    if len(seqs) != len(chunks):
-        raise ValueError(f"{len(seqs)} sequences but {len(chunks)} chunks")
-    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]
-    for pool, n in _blocks_needed(seqs, chunks):
-        if n > pool.n_free:
-            raise MemoryError(f"this step needs {n} blocks, the pool has {pool.n_free} free")
-    before = [list(s.blocks) for s in seqs]
-    for seq, chunk in zip(seqs, chunks):
-        seq.reserve(len(chunk))
-    tables = [old + list(s.blocks[len(old):]) for old, s in zip(before, seqs)]
-    groups = {}
-    for i, (seq, chunk) in enumerate(zip(seqs, chunks)):
-        groups.setdefault((id(seq.pool), seq.length, len(chunk)), []).append(i)
-    out = [None] * len(seqs)
-    for (_, start, T), idx in groups.items():
-        pool = seqs[idx[0]].pool
-        blocks, slots = _slots([tables[i] for i in idx], pool.block_size, 0, start + T)
-        x = embed(params, cfg, np.stack([chunks[i] for i in idx]), start)
-        for layer in range(cfg.n_layers):
-            q, k, v = qkv(params, cfg, layer, x)
-            pool.k[layer, blocks[:, start:], slots[start:]] = k
-            pool.v[layer, blocks[:, start:], slots[start:]] = v
-            K, V = pool.k[layer, blocks, slots], pool.v[layer, blocks, slots]
-            x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))
-        logits = unembed(params, cfg, x)
-        for g, i in enumerate(idx):
-            seqs[i].length = start + T
-            out[i] = logits[g]
-    return out
-'''
+def _function(text, name):
+    """The source of the top-level function `name` in `text` (up to the two blank lines after it)."""
+    start = text.index(f"\ndef {name}(") + 1
+    return text[start:text.index("\n\n\n", start) + 1]
+
+
+# A Part 4 bug only a twin can see (strategic.py's stale_table_write, as a paged_step appended at the
+# bottom): paged_step writes and reads K/V through the tables it read BEFORE reserve's copy-on-write,
+# so a copied block misses the step's K/V and the shared one gets it.
+_STALE_TABLE_STEP = "\n" + _function(mutants.apply(strategic.BUGS["stale_table_write"]), "paged_step")
 
 # The same bug, and the scenario that runs sharing scripts replaced in the submission's own process
 # (scenarios.SCENARIOS, found in sys.modules) so that a twin it computes is a copy of its own run.
