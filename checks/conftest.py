@@ -46,8 +46,7 @@ class Background:
     code and output once it is done."""
 
     def __init__(self, argv):
-        self.folder = Path(tempfile.mkdtemp(prefix="cs349e-check-background-"))
-        self.out = open(self.folder / "output.txt", "w+b")      # noqa: SIM115  (closed at the session's end)
+        self.out = tempfile.TemporaryFile()         # its output; gone when closed, at the session's end
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
 
@@ -70,8 +69,8 @@ class Background:
 
 @pytest.hookimpl(trylast=True)         # after -k / -m have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
-    """A check whose work is one long command (its module's BACKGROUND: test name -> folder ->
-    argv, or None when it cannot run here) has it started as soon as collection ends, and runs
+    """A check whose work is one long command (its module's BACKGROUND: test name -> a function
+    giving the argv, or None when it cannot run here) has it started as soon as collection ends, and runs
     last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
     it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
     nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE).
@@ -101,6 +100,6 @@ def pytest_unconfigure(config):
 
 @pytest.fixture
 def background(request):
-    """This test's Background, started at collection (see above), or None when this session did not
-    start it (collected with --co, or its command cannot run here)."""
+    """This test's Background, started at collection (see above), or None when its command cannot run
+    here (its test then skips, saying why)."""
     return request.config.stash.get(STARTED, {}).get(request.node.nodeid)

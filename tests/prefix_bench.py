@@ -71,13 +71,13 @@ class PrefixBench:
             return (f"block {b}'s refcount is {r} more than the tables and the test holding it: the cache must hold "
                     "exactly one reference (one pool.incref) on each block it caches, none on others")
         if self.twin and rec["op"][0] == "request" and rec["error"] is None:
-            why = rules.twin_difference(rec, self._twin(self.run.twins[-1], rec))
+            why = rules.twin_difference(rec, self._twin(self.run.twins[-1]))
             if why:
                 return (f"its logits differ from your own prefill of the same prompt without the cache (a pool of "
                         f"its own, the hit blocks' tokens first, then the rest): {why}")
         return None
 
-    def _twin(self, plan, rec):
+    def _twin(self, plan):
         """A request's twin (scenarios.prefix_twin), run here on your implementation: the same prompt
         prefilled without the cache."""
         if plan is None:

@@ -69,8 +69,8 @@ FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # the reference's score: 100, plu
 WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
 DETACHED_WAIT = 12.0                                       # s after the last grading
 GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
-DETERMINISM = ("alloc_fifo_reuse", "cow_always_n_copies", "trie_ordereddict")    # and a variant: the
-# twins go through the command line, the originals through the warm start: the two must agree
+# Graded twice: the twins by the command line, the originals (two mutants, a variant) by the warm start.
+DETERMINISM = ("alloc_fifo_reuse", "cow_always_n_copies", "trie_ordereddict")
 SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
 SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
               "pytest.ini", "results.json")
@@ -190,42 +190,39 @@ WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's w
 WARM = []             # [the warm.Warm server] while main runs, unless --cold
 
 
-def _warm_grade(s, log):
-    argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
-    try:
-        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        s.exit = None
-        s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
-        return
-    if s.exit is None:
-        s.problems.append("the warm start's server died (warm.py)")
-
-
 def _warm_pytest(args, cwd, log, env, timeout):
     return WARM[0].run("pytest", args, cwd, log, env, timeout)
+
+
+def _launch(argv, log):
+    """`python -m grader ARGV` by its command line: its exit code, its output in `log`; raises
+    subprocess.TimeoutExpired (its session killed) after GRADING_TIMEOUT."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "grader", *argv], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(GRADING_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
 
 
 def grade(s, root):
     """Run the grader's command line on one submission (through the warm start for WARM_KINDS); fills
     exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
-    cmd = [sys.executable, "-m", "grader", str(s.path), "--results", str(s.results), *GRADER_ARGS]
+    argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
     warm = bool(WARM) and s.kind in WARM_KINDS
     start = time.monotonic()
-    if warm:
-        _warm_grade(s, log)
-    else:
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            try:
-                s.exit = proc.wait(GRADING_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                s.exit = None
-                s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
+    try:
+        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT) if warm \
+            else _launch(argv, log)
+        if s.exit is None:
+            s.problems.append("the warm start's server died (warm.py)")
+    except subprocess.TimeoutExpired:
+        s.exit = None
+        s.problems.append(f"the grader did not finish within {GRADING_TIMEOUT:g} s")
     s.wall = time.monotonic() - start
     with open(log, "rb") as f:
         f.seek(max(0, log.stat().st_size - 4000))
