@@ -4,13 +4,11 @@ installable, the Debian mirror and the package index reachable); otherwise the t
 the reason, never passed silently. The base roots are cached in build/gsim/, so reruns are fast.
 """
 import os
-from pathlib import Path
 
 import pytest
 
 from grader.gradescope import build, image, sim
 
-ROOT = Path(__file__).resolve().parents[1]
 SUITES = ["bookworm", "bullseye"]
 
 
