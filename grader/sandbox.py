@@ -229,17 +229,9 @@ class Sandbox:
         read_end, write_end = os.pipe()
         err_read, err_write = os.pipe()
         try:
-            with tempfile.TemporaryFile() as stdin:
-                stdin.write(request)
-                stdin.seek(0)
-                argv = [*self._prefix(call_dir, deadline), self._runtime.python, "-I", "-S", "-B",
-                        str(call_dir / "worker.py"), self._runtime.site, str(write_end)]
-                with _SPAWN_LOCK:
-                    worker = _Worker(subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
-                                                      stderr=err_write, pass_fds=(write_end,),
-                                                      cwd=call_dir if self.isolate else call_dir / "work",
-                                                      env=self._env(call_dir), start_new_session=True))
-                    _LIVE.add(worker.pid)
+            with _SPAWN_LOCK:
+                worker = self._spawn(call_dir, request, deadline, write_end, err_write)
+                _LIVE.add(worker.pid)
             for fd in (write_end, err_write):
                 os.close(fd)
             write_end = err_write = None
@@ -260,6 +252,18 @@ class Sandbox:
             for fd in (read_end, err_read, write_end, err_write):
                 if fd is not None:
                     os.close(fd)
+
+    def _spawn(self, call_dir, request, deadline, reply_fd, err_fd):
+        """The worker, started through the launch chain (_prefix) with the request on its stdin, its
+        reply going to reply_fd and its stderr to err_fd (called under _SPAWN_LOCK)."""
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(request)
+            stdin.seek(0)
+            argv = [*self._prefix(call_dir, deadline), self._runtime.python, "-I", "-S", "-B",
+                    str(call_dir / "worker.py"), self._runtime.site, str(reply_fd)]
+            return _Worker(subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err_fd,
+                                            pass_fds=(reply_fd,), cwd=call_dir if self.isolate else call_dir / "work",
+                                            env=self._env(call_dir), start_new_session=True))
 
     def _kill_tree(self, worker):
         try:

@@ -117,6 +117,8 @@ def _storage_float64(pool, cfg, n_blocks, block_size):
 
 def as_int(x):
     """Plain int from an implementation's integer (Python or numpy); anything else is a type name."""
+    if type(x) is int:          # the common case, without the ABC's isinstance (read for every block, every step)
+        return x
     if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
         return int(x)
     return "not an integer: " + type(x).__name__

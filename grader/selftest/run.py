@@ -23,8 +23,9 @@ process with the imports done (--cold: not). Checks:
     leak_* ones read back no more hidden tokens than feedback.PART_BITS per part allows), leaves
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
-  * grading the reference, two mutants and a variant twice gives identical results apart from
-    execution_time (the second time by the command line: the warm start's gradings agree with it);
+  * grading the reference, a mutant of every part and a variant twice gives identical results apart
+    from execution_time (the second time by the command line: the warm start's gradings, whose sandbox
+    calls are forked (forked.py), agree with it);
   * the strategic corpus (strategic.py): for every pair (bug X, sacrifice S in another part) the losses
     add up, loss(X + S) >= loss(X) + loss(S), in total and per part; no trick scores above its honest
     base, Part 3's gathering loses Part 3's points; an entry fails unless strategic.KNOWN_OPEN lists it,
@@ -69,8 +70,10 @@ FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # the reference's score: 100, plu
 WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
 DETACHED_WAIT = 12.0                                       # s after the last grading
 GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
-# Graded twice: the twins by the command line, the originals (two mutants, a variant) by the warm start.
-DETERMINISM = ("alloc_fifo_reuse", "cow_always_n_copies", "trie_ordereddict")
+# Graded twice: the twins by the command line, the originals (a mutant of every part, a variant) by the
+# warm start with forked sandbox calls (forked.py): the two must give the same results.
+DETERMINISM = ("alloc_fifo_reuse", "slots_swapped", "bw_softmax_per_block", "cow_always_n_copies",
+               "evict_most_recent_first", "trie_ordereddict")
 SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
 SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
               "pytest.ini", "results.json")
@@ -187,6 +190,7 @@ GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-a
 
 
 WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's warm start (our own corpus)
+FORKED_KINDS = ("mutant", "variant")     # their sandbox calls forked (forked.py: the honest corpus)
 WARM = []             # [the warm.Warm server] while main runs, unless --cold
 
 
@@ -213,10 +217,11 @@ def grade(s, root):
     exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
     argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
-    warm = bool(WARM) and s.kind in WARM_KINDS
+    warm = bool(WARM) and s.kind in (*WARM_KINDS, *FORKED_KINDS)
     start = time.monotonic()
     try:
-        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT) if warm \
+        s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT,
+                             forked=s.kind in FORKED_KINDS) if warm \
             else _launch(argv, log)
         if s.exit is None:
             s.problems.append("the warm start's server died (warm.py)")

@@ -51,14 +51,15 @@ class Warm:
                 slot["event"].set()
                 slot["started_event"].set()
 
-    def run(self, kind, argv, cwd, log, env, timeout):
+    def run(self, kind, argv, cwd, log, env, timeout, forked=False):
         """kind: "grader" or "pytest"; the child's exit code, or None when the server died.
-        Raises subprocess.TimeoutExpired (the child's session killed) after `timeout` s."""
+        Raises subprocess.TimeoutExpired (the child's session killed) after `timeout` s. forked: the
+        grading's sandbox calls are forked from it (forked.py: the honest corpus only)."""
         with self.lock:
             rid, self.next = self.next, self.next + 1
             slot = self.waiting[rid] = {"event": threading.Event(), "started_event": threading.Event()}
             self.proc.stdin.write((json.dumps({"id": rid, "kind": kind, "argv": list(argv), "cwd": str(cwd),
-                                               "log": str(log), "env": dict(env)}) + "\n").encode())
+                                               "log": str(log), "env": dict(env), "forked": forked}) + "\n").encode())
             self.proc.stdin.flush()
         try:
             if not slot["event"].wait(timeout):
@@ -109,6 +110,9 @@ def _child(req):
         sys.path[0] = req["cwd"]           # what `python -m` puts first
         if req["kind"] == "grader":
             from grader.__main__ import main
+            if req.get("forked"):
+                from grader.selftest import forked
+                forked.install()
             sys.argv = ["grader", *req["argv"]]
             code = main(req["argv"])
         else:

@@ -1,0 +1,96 @@
+"""The selftest's honest corpus (the reference, its correct variants, its mutants) graded with every
+sandbox call forked from the grading process instead of launched through the sandbox's chain (a
+fresh interpreter importing numpy inside new namespaces: about 0.1 s of CPU per call, seven calls
+per grading). The rest of the grading is the grader's own: the same requests and replies on the
+same pipes, read by the same _collect, judged by the same _attempt and _verdict, with the same
+rlimits set in the child, so a death, a hang or an exhausted limit is seen as the sandbox sees it.
+
+Never for a submission, nor for the hostile or strategic corpus: the child shares the grading
+process's memory (the reference, its answers) and runs as its user. run.py grades the DETERMINISM
+twins (a mutant of each of Parts 1, 2, 3 and 4, a variant, the reference) again by the real
+command line and requires identical results: the two launches are shown to agree.
+
+    forked.install()     in the warm start's child (warm.py), before the grader's main
+"""
+import os
+import resource
+import sys
+
+from grader import sandbox
+
+
+class _Child:
+    """What sandbox._Worker needs of a Popen, for a forked child (it reaps it with wait4 itself)."""
+
+    def __init__(self, pid):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        return self.returncode
+
+
+def _spawn(self, call_dir, request, deadline, reply_fd, err_fd):
+    pid = os.fork()
+    if pid == 0:
+        _serve(call_dir, request, deadline, reply_fd, err_fd)
+    return sandbox._Worker(_Child(pid))
+
+
+def _kill_tree(self, worker):
+    for kill in (os.killpg, os.kill):         # its session, and itself should it not have made one yet
+        try:
+            kill(worker.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+    worker.wait()
+    with sandbox._SPAWN_LOCK:
+        sandbox._LIVE.discard(worker.pid)
+
+
+def _limit(call_dir, deadline):
+    """The rlimits the launch chain sets (sandbox._prefix), address space counted from what this
+    process already maps, so the child has a fresh worker's room and no more."""
+    with open("/proc/self/status") as f:
+        mapped = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+    cpu = sandbox._cpu_limit(deadline)
+    limits = sandbox.LIMITS
+    for which, value in ((resource.RLIMIT_AS, mapped + limits["as"]), (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+                         (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, limits["nofile"]),
+                         (resource.RLIMIT_CORE, limits["core"])):
+        resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
+
+
+def _serve(call_dir, request, deadline, reply_fd, err_fd):
+    """In the child: worker.py's main from its step 2 on, then exit (never returns)."""
+    code = 70
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1):
+            os.dup2(null, fd)
+        os.dup2(err_fd, 2)
+        os.closerange(3, reply_fd)             # the other workers' pipes, the grading's files
+        os.closerange(reply_fd + 1, 1 << 16)
+        os.chdir(call_dir / "work")
+        _limit(call_dir, deadline)
+        sys.path.insert(0, str(call_dir))
+        from grader import wire, worker
+        import registry
+        worker.REPLY_FD = reply_fd
+        worker._PART_NUMBERS = frozenset(str(p.number) for p in registry.PARTS)
+        os.dup2(0, 2)                          # as worker.py: nothing the submission says reaches a reader
+        worker._write(wire.STARTED)
+        try:
+            reply = worker._run(wire.decode(request), str(call_dir))
+            frame = reply if type(reply) is bytes else wire.encode(reply)
+        except BaseException as e:             # noqa: BLE001  (as worker.main)
+            frame = wire.encode({"status": "raised", "error": worker.builtin_name(e)})
+        worker._write(frame)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def install():
+    sandbox.Sandbox._spawn = _spawn
+    sandbox.Sandbox._kill_tree = _kill_tree
