@@ -5,10 +5,12 @@ Each part's module (the part's test_file, tests/registry.py) declares PLANS (che
 the registry's checks of that part: a check without its judge, a judge without its check or a check
 the registry does not list fails collection (bind), and grade.py refuses such a grading (exit 3).
 There is no fallback judge: a check that wants the plain comparison names judges.generic_judge.
-Every case becomes one pytest item marked with its check. All cases of all checks of a part go to
-the sandbox in ONE call (the `batch` scenario), two parts at a time as soon as collection ends; if
-that call fails, each of its checks is called again on its own (and the sandbox calls such a check
-once more in a fresh worker if its worker dies or the machine starves it: sandbox.py). The
+Every case becomes one pytest item marked with its check. All cases go to the sandbox in TWO calls
+(the `batch` scenario; a fresh worker costs more than most parts), made at once as soon as collection
+ends: one for the parts whose cases have second runs (they wait on it), one for the others. When a
+call fails in any way, each check of its parts is called again on its own (and the sandbox calls such
+a check once more in a fresh worker if its worker dies or the machine starves it: sandbox.py), so a
+crash or a hang costs only the check it happens in. The
 reference answers the same calls here, in the trusted process. The submission's code never runs
 in this process.
 
@@ -153,6 +155,7 @@ class Grading:
                                        job=job * CALLS_AT_ONCE + i, hide=config.getoption("--hide")))
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
+        self.together = {}      # part -> the check ids of the call it went in (its parts', in order)
         self.second_futures, self.second_calls = {}, {}     # "seconds" or check id -> future; check id -> {i: calls}
         self.seconds = None     # (calls, where) of the one call of every part's second runs, once started
         boxes = list(self.sandboxes.queue)
@@ -163,12 +166,16 @@ class Grading:
             self.expected[check_id], self.ref_seconds[check_id] = known[check_id]
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
         self.twinned = [part for part in self.parts if self._second_ids(part)]
-        for part in sorted(self.parts, key=lambda p: p not in self.twinned):     # the second runs wait on them
-            ids = self.parts[part]
+        for parts in (self.twinned, [p for p in self.parts if p not in self.twinned]):   # the first is waited on
+            if not parts:
+                continue
+            ids = [c for p in parts for c in self.parts[p]]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
-            self.part_futures[part] = self.executor.submit(self._call, part, calls, self._deadline(ids), False)
-        for part in self.twinned:       # the second runs start as soon as the first answers are in
-            self.part_futures[part].add_done_callback(lambda _: self._start_seconds(wait=False))
+            future = self.executor.submit(self._call, "+".join(parts), calls, self._deadline(ids), False)
+            for p in parts:
+                self.part_futures[p], self.together[p] = future, ids
+        if self.twinned:                # the second runs start as soon as the first answers are in
+            self.part_futures[self.twinned[0]].add_done_callback(lambda _: self._start_seconds(wait=False))
 
     def _reference_answers(self, check_id):
         """(the reference's answers to a check's cases, the seconds it took): computed here."""
@@ -191,18 +198,24 @@ class Grading:
             self.staff += [(label, line) for line in reply.staff]
         return reply
 
-    def _reply(self, check_id):
-        """The sandbox's reply for one check. All checks of a part go in one call (a fresh worker costs
-        more than most checks); when that call fails in any way, each of its checks is called again
-        alone, so a crash or a hang costs only the check it happens in."""
-        part = rubric.CHECKS[check_id].part
-        ids = self.parts[part]
-        whole = self.part_futures[part].result()
+    def _first(self, part):
+        """{check id: its answer} of the call a part's checks went in, when it answered them all; else None."""
+        ids, whole = self.together[part], self.part_futures[part].result()
         if whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(ids):
-            return Reply("ok", data=whole.data[ids.index(check_id)])
+            return dict(zip(ids, whole.data))
+        return None
+
+    def _reply(self, check_id):
+        """The sandbox's reply for one check: its answer in the call of its parts (see the top); when
+        that call failed in any way, its part's checks are called again, each alone, so a crash or a
+        hang costs only the check it happens in."""
+        part = rubric.CHECKS[check_id].part
+        answered = self._first(part)
+        if answered is not None:
+            return Reply("ok", data=answered[check_id])
         with self.lock:
             if check_id not in self.futures:
-                for c in ids:
+                for c in self.parts[part]:
                     self.futures[c] = self.executor.submit(self._call, c, self._calls(c), self._deadline([c]))
         return self.futures[check_id].result()
 
@@ -241,10 +254,8 @@ class Grading:
         futures = [self.part_futures[p] for p in self.twinned]
         if not wait and not all(f.done() for f in futures):
             return None
-        wholes = {p: self.part_futures[p].result() for p in self.twinned}
-        data = {c: w.data[self.parts[p].index(c)] for p, w in wholes.items()
-                if w.status == "ok" and isinstance(w.data, list) and len(w.data) == len(self.parts[p])
-                for c in self._second_ids(p)}
+        answered = {p: self._first(p) for p in self.twinned}
+        data = {c: answered[p][c] for p in self.twinned if answered[p] is not None for c in self._second_ids(p)}
         with self.lock:
             if self.seconds is None:
                 calls, where = self._second_batch(list(data), data.get)

@@ -3,7 +3,8 @@ sandbox call forked from the grading process instead of launched through the san
 fresh interpreter importing numpy inside new namespaces: about 0.1 s of CPU per call, seven calls
 per grading). The rest of the grading is the grader's own: the same requests and replies on the
 same pipes, read by the same _collect, judged by the same _attempt and _verdict, with the same
-rlimits set in the child, so a death, a hang or an exhausted limit is seen as the sandbox sees it.
+rlimits set in the child, so a death, a hang or an exhausted limit is seen as the sandbox sees it,
+and fresh standard streams on /dev/null (the grading's own are pytest's captures).
 
 Never for a submission, nor for the hostile or strategic corpus: the child shares the grading
 process's memory (the reference, its answers) and runs as its user. run.py grades the DETERMINISM
@@ -79,6 +80,7 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
         worker.REPLY_FD = reply_fd
         worker._PART_NUMBERS = frozenset(str(p.number) for p in registry.PARTS)
         os.dup2(0, 2)                          # as worker.py: nothing the submission says reaches a reader
+        sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in ((0, "r"), (1, "w"), (2, "w")))
         worker._write(wire.STARTED)
         try:
             reply = worker._run(wire.decode(request), str(call_dir))

@@ -23,7 +23,7 @@ process with the imports done (--cold: not). Checks:
     leak_* ones read back no more hidden tokens than feedback.PART_BITS per part allows), leaves
     no process (named sth-*), no marker or dropped file (carrying the hostile token) anywhere, and
     never reaches the canary port;
-  * grading the reference, a mutant of every part and a variant twice gives identical results apart
+  * grading the reference, a mutant of every part and two variants twice gives identical results apart
     from execution_time (the second time by the command line: the warm start's gradings, whose sandbox
     calls are forked (forked.py), agree with it);
   * the strategic corpus (strategic.py): for every pair (bug X, sacrifice S in another part) the losses
@@ -70,10 +70,10 @@ FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # the reference's score: 100, plu
 WATCHED = ("grader", "solution", "lab", "tests")           # hashed before and after the hostile ones
 DETACHED_WAIT = 12.0                                       # s after the last grading
 GRADING_TIMEOUT = 1200.0                                   # s for one `python -m grader` (a hang is a failure)
-# Graded twice: the twins by the command line, the originals (a mutant of every part, a variant) by the
+# Graded twice: the twins by the command line, the originals (a mutant of every part, two variants) by the
 # warm start with forked sandbox calls (forked.py): the two must give the same results.
 DETERMINISM = ("alloc_fifo_reuse", "slots_swapped", "bw_softmax_per_block", "cow_always_n_copies",
-               "evict_most_recent_first", "trie_ordereddict")
+               "evict_most_recent_first", "trie_ordereddict", "custom_errors_debug")
 SCAN_ROOTS = ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
 SCAN_NAMES = ("sth-*", "zz_sth_*", "sth_dropped_*", "sitecustomize.py", "usercustomize.py", "conftest.py",
               "pytest.ini", "results.json")
