@@ -97,8 +97,9 @@ bench: $(VENV)/.ready
 	$(PY) bench/run.py
 
 # The selftest runs in the background meanwhile (checks/conftest.py); no pyc may land in the folders it watches.
+# One BLAS thread per process: the products are small, and the checks run several processes at once.
 check: $(VENV)/.ready
-	PYTHONDONTWRITEBYTECODE=1 $(PY) -m pytest checks -q
+	PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 $(PY) -m pytest checks -q
 
 clean:
 	rm -rf build .pytest_cache

@@ -3,6 +3,7 @@ fresh Debian roots (grader/gradescope/sim.py). It runs when it can (root, deboot
 installable, the Debian mirror and the package index reachable); otherwise the test is skipped with
 the reason, never passed silently. The base roots are cached in build/gsim/, so reruns are fast.
 """
+import functools
 import os
 
 import pytest
@@ -13,13 +14,14 @@ SUITES = ["bookworm", "bullseye"]
 
 
 SIM = ["make", "-o", ".venv/.ready", "gradescope-sim", f"SUITES={' '.join(SUITES)}"]
-BACKGROUND = {"test_the_autograder_is_built_and_graded_in_fresh_debian_roots": lambda: None if sim.why_not(SUITES) else SIM}
+WHY_NOT = functools.lru_cache(lambda: sim.why_not(SUITES))    # asked at collection, answered once
+BACKGROUND = {"test_the_autograder_is_built_and_graded_in_fresh_debian_roots": lambda: None if WHY_NOT() else SIM}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_the_autograder_is_built_and_graded_in_fresh_debian_roots(background):
-    reason = sim.why_not(SUITES)
+    reason = WHY_NOT()
     if reason:
         pytest.skip(f"make gradescope-sim cannot run here: {reason}")
     code, said = background.wait(3500)      # started when collection ended (conftest.py), run meanwhile

@@ -51,7 +51,7 @@ def own_corpus_env():
         _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
         atexit.register(shutil.rmtree, _PYCACHE[0], True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0]}
+    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], "OPENBLAS_NUM_THREADS": "1"}   # small products: one thread
 
 
 def _launch(args, cwd, log, env, timeout):

@@ -134,6 +134,7 @@ def _child(req):
 
 
 def serve():
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before numpy, for every child (cascade.own_corpus_env)
     for name in PREWARM:
         importlib.import_module(name)
     wake_r, wake_w = os.pipe()
