@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import tracemalloc
+import types
 from pathlib import Path
 
 import numpy as np
@@ -1023,3 +1024,44 @@ def test_provisioning_is_idempotent_race_free_and_world_readable(tmp_path, monke
     assert modes == {"numpy": 0o755, "numpy/__init__.py": 0o644, "numpy/_core": 0o755,
                      "numpy/_core/private.py": 0o644, "numpy.libs": 0o755, "numpy.libs/libfake.so": 0o755}
     assert site.stat().st_mode & 0o777 == 0o755 and all(p.stat().st_uid == 0 for p in site.rglob("*"))
+
+
+# ------------------------------------------------------------------ the selftest's forked calls
+FORKED_CASES = {      # what a call of the honest corpus may meet: (source, scenario or None for the import probe, inputs)
+    "echo": ("def run(): pass\n", "echo", {"a": [1, 2.5, "s"], "b": {"c": None}}),
+    "arrays": (ARRAYS, "run", {"seed": 3}),
+    "prints": ("import sys\nprint('loaded')\ndef run():\n    print('out'); print('err', file=sys.stderr)\n"
+               "    return 7\n", "run", {}),
+    "raises": ("def run():\n    raise KeyError('x')\n", "run", {}),
+    "todo": ("def run():\n    raise NotImplementedError('TODO Part 3: here')\n", "run", {}),
+    "exits": ("import os\ndef run():\n    os._exit(0)\n", "run", {}),
+    "memory": (MEMORY, "run", {"kind": "bytes"}),          # 3 GiB: fits in the machine, not in the rlimit
+    "loops": (LOOP, "run", {}),
+    "syntax": ("def run(:\n", None, {}),
+    "import_raises": ("x = 1\nraise ValueError('at import')\n", None, {}),
+    "missing": ("def run(): pass\n", None, {}),
+    "unencodable": ("def run():\n    return {'x': object()}\n", "run", {}),
+}
+
+
+@root_only
+@pytest.mark.parametrize("case", list(FORKED_CASES))
+def test_a_forked_call_answers_as_the_sandbox_does(make_box, monkeypatch, case):
+    """grader/selftest/forked.py forks the sandbox calls of the selftest's mutants and variants: each
+    kind of answer (data, prints, exceptions, a stub's TODO, exits, memory, hangs, import failures, a
+    result that is not data) comes back as the real sandbox's does, status, error and data alike."""
+    from grader.selftest import forked
+    source, scenario, inputs = FORKED_CASES[case]
+
+    def answer(box):
+        reply = box.call(scenario, inputs, deadline=1.0) if scenario else box.check_import(("run", "absent"), deadline=1.0)
+        return reply.status, reply.error, reply.data
+    real = answer(make_box(source, True))
+    monkeypatch.setitem(sys.modules, "scenarios", types.ModuleType("scenarios"))   # the grading's, not the call's
+    monkeypatch.setattr(Sandbox, "_spawn", forked._spawn)
+    monkeypatch.setattr(Sandbox, "_kill_tree", forked._kill_tree)
+    got = answer(make_box(source, True))
+    if isinstance(real[2], dict) and "f" in real[2]:        # arrays: compared bit for bit
+        assert wire.encode(got[2]) == wire.encode(real[2])
+        real, got = real[:2], got[:2]
+    assert got == real

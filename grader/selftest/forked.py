@@ -1,15 +1,16 @@
-"""The selftest's honest corpus (the reference, its correct variants, its mutants) graded with every
-sandbox call forked from the grading process instead of launched through the sandbox's chain (a
-fresh interpreter importing numpy inside new namespaces: about 0.1 s of CPU per call, seven calls
-per grading). The rest of the grading is the grader's own: the same requests and replies on the
-same pipes, read by the same _collect, judged by the same _attempt and _verdict, with the same
-rlimits set in the child, so a death, a hang or an exhausted limit is seen as the sandbox sees it,
-and fresh standard streams on /dev/null (the grading's own are pytest's captures).
+"""The selftest's honest corpus (its mutants and correct variants) graded with every sandbox call
+forked from the grading process instead of launched through the sandbox's chain (a fresh
+interpreter importing numpy inside new namespaces: about 0.1 s of CPU per call, four or more calls
+per grading). The rest is the grader's own: the same requests and replies on the same pipes, read
+by the same _collect and judged by the same _attempt and _verdict; in the child, the call's own
+files imported (its scenarios, not the grading's), the sandbox's rlimits, and fresh standard streams
+on /dev/null (the grading's are pytest's captures), so a print, a death, a hang or an exhausted
+limit is seen as the sandbox sees it (checks/test_sandbox.py compares the two on each).
 
 Never for a submission, nor for the hostile or strategic corpus: the child shares the grading
 process's memory (the reference, its answers) and runs as its user. run.py grades the DETERMINISM
-twins (a mutant of each of Parts 1, 2, 3 and 4, a variant, the reference) again by the real
-command line and requires identical results: the two launches are shown to agree.
+twins (a mutant of every part, two variants) again by the real command line and requires identical
+results.
 
     forked.install()     in the warm start's child (warm.py), before the grader's main
 """
@@ -75,6 +76,9 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
         os.chdir(call_dir / "work")
         _limit(call_dir, deadline)
         sys.path.insert(0, str(call_dir))
+        for name in os.listdir(call_dir):      # the call's own files, not the grading's modules: as a worker
+            if name.endswith(".py"):
+                sys.modules.pop(name[:-3], None)
         from grader import wire, worker
         import registry
         worker.REPLY_FD = reply_fd
