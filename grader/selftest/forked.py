@@ -49,7 +49,7 @@ def _kill_tree(self, worker):
         sandbox._LIVE.discard(worker.pid)
 
 
-def _limit(call_dir, deadline):
+def _limit(deadline):
     """The rlimits the launch chain sets (sandbox._prefix), address space counted from what this
     process already maps, so the child has a fresh worker's room and no more."""
     with open("/proc/self/status") as f:
@@ -74,7 +74,7 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
         os.closerange(3, reply_fd)             # the other workers' pipes, the grading's files
         os.closerange(reply_fd + 1, 1 << 16)
         os.chdir(call_dir / "work")
-        _limit(call_dir, deadline)
+        _limit(deadline)
         sys.path.insert(0, str(call_dir))
         for name in os.listdir(call_dir):      # the call's own files, not the grading's modules: as a worker
             if name.endswith(".py"):
