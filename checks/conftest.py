@@ -1,6 +1,5 @@
 """Shared setup for the checks of the lab and the reference: lab/ and solution/ on sys.path, and
 `paged_kv` imported from solution/ (the reference), the way the contract imports an implementation."""
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,33 +74,18 @@ def pytest_collection_modifyitems(config, items):
     last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
     it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
     nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE).
-    A module's BACKGROUND_FIXTURES (fixture name -> a function of a fresh folder giving the argv) does
-    the same for a fixture several tests share: its command starts once, the tests that use the
-    fixture run last, and the fixture waits for it (the `started_for` fixture). A check marked `quiet` (it starves the machine itself) runs after them, on a machine they left."""
+    A check marked `quiet` (it starves the machine itself) runs after them, on a machine they left."""
     if config.option.collectonly:
         return
     import outside
     started, late = {}, []
-
-    def start(key, argv):
-        started[key] = Background(argv)
-        outside.EXCLUDED.add(started[key].proc.pid)       # the checks that kill workers kill only their own
     for item in items:
-        module = getattr(item, "module", None)
-        command = getattr(module, "BACKGROUND", {}).get(getattr(item, "originalname", None))
+        command = getattr(getattr(item, "module", None), "BACKGROUND", {}).get(getattr(item, "originalname", None))
         argv = command() if command else None
         if argv:
-            start(item.nodeid, argv)
+            started[item.nodeid] = Background(argv)
+            outside.EXCLUDED.add(started[item.nodeid].proc.pid)   # the checks that kill workers kill only their own
             late.append(item)
-        for name, command in getattr(module, "BACKGROUND_FIXTURES", {}).items():
-            if name in getattr(item, "fixturenames", ()):
-                key = (module.__name__, name)
-                if key not in started:
-                    folder = Path(tempfile.mkdtemp(prefix=f"cs349e-{name}-"))
-                    FOLDERS.append(folder)
-                    start(key, command(folder))
-                    started[key].folder = folder
-                late.append(item)
     quiet = [item for item in items if item.get_closest_marker("quiet")]   # after the background's tests
     for item in late + quiet:
         items.remove(item)
@@ -109,14 +93,9 @@ def pytest_collection_modifyitems(config, items):
     config.stash[STARTED] = started
 
 
-FOLDERS = []        # where a module's BACKGROUND_FIXTURES command writes: removed at the session's end
-
-
 def pytest_unconfigure(config):
     for run in config.stash.get(STARTED, {}).values():
         run.stop()
-    for folder in FOLDERS:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -124,10 +103,3 @@ def background(request):
     """This test's Background, started at collection (see above), or None when its command cannot run
     here (its test then skips, saying why)."""
     return request.config.stash.get(STARTED, {}).get(request.node.nodeid)
-
-
-@pytest.fixture(scope="session")
-def started_for(request):
-    """started_for(module, name): the Background a module's BACKGROUND_FIXTURES[name] (folder -> argv)
-    started at collection for its fixture `name`, its `folder` the one the command was given."""
-    return lambda module, name: request.config.stash[STARTED][(module.__name__, name)]

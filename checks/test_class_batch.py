@@ -33,12 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]      # the first test
 FULL_BASE = rubric.TOTAL
 
 
-def batch_argv(folder, book, *extra):
-    return [sys.executable, "-m", "grader", "batch", str(folder), "--jobs", "2", "--csv", str(book), *extra]
-
-
 def batch(folder, book, *extra, timeout=3600):
-    return subprocess.run(batch_argv(folder, book, *extra), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--jobs", "2", "--csv", str(book),
+                           *extra], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def read_book(book):
@@ -55,20 +52,14 @@ def without_time(results):
     return {k: v for k, v in results.items() if k != "execution_time"}
 
 
-def _class_batch(root):
-    """The class folder written, and the batch that grades it (started at collection: conftest.py)."""
-    return batch_argv(classfolder.write(root / "class"), root / "out" / "gradebook.csv")
-
-
-BACKGROUND_FIXTURES = {"graded": _class_batch}
-
-
 @pytest.fixture(scope="module")
-def graded(request, started_for):
-    run = started_for(request.module, "graded")
-    code, out = run.wait(3500)
-    assert code == 0, out[-6000:]
-    return run.folder / "class", run.folder / "out" / "gradebook.csv", out
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    folder = classfolder.write(root / "class")
+    book = root / "out" / "gradebook.csv"
+    proc = batch(folder, book)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return folder, book, proc.stdout
 
 
 def test_every_flag_is_right_and_honest_work_gets_none(graded):
