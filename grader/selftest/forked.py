@@ -76,6 +76,7 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
         os.chdir(call_dir / "work")
         _limit(deadline)
         sys.path.insert(0, str(call_dir))
+        sys.pycache_prefix, sys.dont_write_bytecode = None, True   # the call's bytecode, as `python -B` reads it
         for name in os.listdir(call_dir):      # the call's own files, not the grading's modules: as a worker
             if name.endswith(".py"):
                 sys.modules.pop(name[:-3], None)
