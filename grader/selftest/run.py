@@ -190,7 +190,7 @@ GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-a
 
 
 WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's warm start (our own corpus)
-FORKED_KINDS = ("mutant", "variant")     # their sandbox calls forked (forked.py: the honest corpus)
+FORKED_KINDS = ("mutant", "variant")     # of those, their sandbox calls forked (forked.py: the honest corpus)
 WARM = []             # [the warm.Warm server] while main runs, unless --cold
 
 
@@ -217,7 +217,7 @@ def grade(s, root):
     exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
     argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
-    warm = bool(WARM) and s.kind in (*WARM_KINDS, *FORKED_KINDS)
+    warm = bool(WARM) and s.kind in WARM_KINDS
     start = time.monotonic()
     try:
         s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT,
