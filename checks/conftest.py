@@ -74,7 +74,8 @@ def pytest_collection_modifyitems(config, items):
     last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
     it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
     nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE).
-    A check marked `quiet` (it starves the machine itself) runs after them, on a machine they left."""
+    A check marked `parallel` (it runs two processes at once itself) runs after them too, on the cores
+    they leave, and one marked `quiet` (it starves the machine itself) last, on a machine they left."""
     if config.option.collectonly:
         return
     import outside
@@ -86,8 +87,9 @@ def pytest_collection_modifyitems(config, items):
             started[item.nodeid] = Background(argv)
             outside.EXCLUDED.add(started[item.nodeid].proc.pid)   # the checks that kill workers kill only their own
             late.append(item)
+    after = [item for item in items if item.get_closest_marker("parallel") and item not in late]
     quiet = [item for item in items if item.get_closest_marker("quiet")]   # after the background's tests
-    for item in late + quiet:
+    for item in late + after + quiet:
         items.remove(item)
         items.append(item)
     config.stash[STARTED] = started

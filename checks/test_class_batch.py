@@ -29,7 +29,8 @@ sys.path.insert(0, str(paths.REPO / "tools"))
 from browser_check import Outline  # noqa: E402
 
 REPO = paths.REPO
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]      # the first test grades the class (a loaded machine: minutes)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),     # the first test grades the class (a loaded machine: minutes)
+              pytest.mark.parallel]                             # two gradings at once: after the background commands
 FULL_BASE = rubric.TOTAL
 
 
