@@ -63,7 +63,7 @@ def _limit(deadline):
 
 
 def _serve(call_dir, request, deadline, reply_fd, err_fd):
-    """In the child: worker.py's main from its step 2 on, then exit (never returns)."""
+    """In the child: what the launch chain and worker.main do before worker.serve, then it; exit (never returns)."""
     code = 70
     try:
         os.setsid()
@@ -80,19 +80,10 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
         for name in os.listdir(call_dir):      # the call's own files, not the grading's modules: as a worker
             if name.endswith(".py"):
                 sys.modules.pop(name[:-3], None)
-        from grader import wire, worker
-        import registry
-        worker.REPLY_FD = reply_fd
-        worker._PART_NUMBERS = frozenset(str(p.number) for p in registry.PARTS)
-        os.dup2(0, 2)                          # as worker.py: nothing the submission says reaches a reader
+        from grader import worker
         sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in ((0, "r"), (1, "w"), (2, "w")))
-        worker._write(wire.STARTED)
-        try:
-            reply = worker._run(wire.decode(request), str(call_dir))
-            frame = reply if type(reply) is bytes else wire.encode(reply)
-        except BaseException as e:             # noqa: BLE001  (as worker.main)
-            frame = wire.encode({"status": "raised", "error": worker.builtin_name(e)})
-        worker._write(frame)
+        worker.REPLY_FD = reply_fd
+        worker.serve(request, str(call_dir))   # worker.py's own steps: imports, /dev/null, STARTED, the call, the reply
         code = 0
     finally:
         os._exit(code)
