@@ -43,15 +43,16 @@ _PYCACHE = []
 
 
 def own_corpus_env():
-    """The environment of the runs of our own corpus (its public tests, its warm gradings: run.py):
-    their modules compiled once per selftest into a folder of its own (PYTHONPYCACHEPREFIX), not once
-    per run, and never next to the sources the hostile submissions' gradings watch. Never a hostile
+    """The environment of the runs of our own corpus (warm.py's server, its public tests, its warm
+    gradings: run.py): their modules compiled once per selftest into a folder of its own
+    (PYTHONPYCACHEPREFIX), not once per run, and never next to the sources the hostile submissions'
+    gradings watch; one BLAS thread (the products are small, the cores shared). Never a hostile
     submission's grading: its trusted process reads no pyc a run could have written."""
     if not _PYCACHE:
         _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
         atexit.register(shutil.rmtree, _PYCACHE[0], True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], "OPENBLAS_NUM_THREADS": "1"}   # small products: one thread
+    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], "OPENBLAS_NUM_THREADS": "1"}
 
 
 def _launch(args, cwd, log, env, timeout):

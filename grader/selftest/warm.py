@@ -31,8 +31,10 @@ class Warm:
     """The client: starts the server, runs commands through it (several threads at once)."""
 
     def __init__(self, cwd):
+        from grader.selftest import cascade      # its own corpus's environment: the children's, from the start
         self.proc = subprocess.Popen([sys.executable, "-m", "grader.selftest.warm"], cwd=cwd, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=None, start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=None, start_new_session=True,
+                                     env=cascade.own_corpus_env())
         self.lock, self.next, self.waiting = threading.Lock(), 0, {}
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -134,7 +136,6 @@ def _child(req):
 
 
 def serve():
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before numpy, for every child (cascade.own_corpus_env)
     for name in PREWARM:
         importlib.import_module(name)
     wake_r, wake_w = os.pipe()
