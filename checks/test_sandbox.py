@@ -408,6 +408,51 @@ def test_base_exceptions_are_reported_never_ok(make_box, kind, error):
     assert (reply.status, reply.error) == ("raised", error)
 
 
+EACH = '''
+import sys
+def run(what, x=0):
+    if what == "exit":
+        sys.exit(0)
+    if what == "todo":
+        raise NotImplementedError("TODO Part 3: write it")
+    if what == "hidden":
+        class SECRET_42(MemoryError):
+            pass
+        raise SECRET_42()
+    return [x, x]
+'''
+
+
+@pytest.mark.parametrize("isolate", MODES)
+def test_each_answers_every_call_as_a_call_of_its_own_would(make_box, isolate):
+    """A call that raises (SystemExit, a stub's NotImplementedError) ends none of the others, and each
+    Reply is the one its own call gives."""
+    box = make_box(EACH, isolate)
+    calls = [["run", {"what": "fine", "x": 2}], ["run", {"what": "exit"}], ["run", {"what": "todo"}],
+             ["echo", {"a": 1}], ["run", {"what": "hidden"}]]
+    together = box.each(calls)
+    assert together.status == "ok" and len(together.data) == len(calls)
+    for (name, inputs), got in zip(calls, together.data):
+        alone = box.call(name, inputs)
+        assert (got.status, got.data, got.error) == (alone.status, alone.data, alone.error)
+    assert [(r.status, r.data) for r in together.data] == [
+        ("ok", [2, 2]), ("raised", None), ("raised", {"todo_part": 3}), ("ok", {"a": 1}), ("raised", None)]
+
+
+def test_each_is_one_reply_when_the_worker_dies_or_answers_out_of_form(make_box, monkeypatch):
+    """A death in one call is the whole call's (the caller calls each again alone); answers of the
+    wrong number, or one no worker sends for a call, are a bad reply, never a partial answer."""
+    box = make_box("import os\ndef run(what, x=0):\n    if what == 'die':\n        os._exit(3)\n    return what\n", False)
+    assert box.each([["run", {"what": "a"}], ["run", {"what": "die"}]]).status == "crashed"
+    for forged in ([{"status": "ok", "result": 1}], [{"status": "ok", "result": 1}, {"status": "ok", "missing": []}],
+                   [{"status": "ok", "result": 1}, {"status": "unencodable", "error": "TypeError"}], {"0": 1}):
+        monkeypatch.setattr(box, "_call", lambda *a, forged=forged, **k: sandbox.Reply("ok", data=forged))
+        reply = box.each([["echo", {}], ["echo", {}]])
+        assert (reply.status, reply.data) == ("bad_reply", None), forged
+    with pytest.raises(ValueError):
+        box.each([["__import__", {}]])
+
+
 def test_sys_exit_at_import_is_an_import_error(make_box):
     reply = make_box("import sys\nsys.exit(0)\n", False).check_import()
     assert (reply.status, reply.error) == ("import_error", "SystemExit at line 2")

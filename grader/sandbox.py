@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from grader import runtime, wire
+from grader.worker import EACH
 from grader.rubric import registry      # tests/registry.py: the parts, their names and numbers
 
 DEFAULT_DEADLINE = 6.0    # seconds of wall time per call, from "started"; one constant, easy to change
@@ -152,11 +153,24 @@ class Sandbox:
         """Run scenarios.SCENARIOS[scenario](paged_kv, **inputs) in a fresh worker. retry=False: one
         worker only, for a caller that calls again itself when a call fails (grader/hidden/conftest.py):
         a death is then "crashed" and the machine's failure "grader_error" at once."""
-        if not (isinstance(scenario, str) and scenario.isidentifier()) or scenario == "__import__":
-            raise ValueError("scenario must be an identifier (and not __import__: see check_import)")
-        if type(inputs) is not dict or not all(type(k) is str and k.isidentifier() for k in inputs):
-            raise TypeError("inputs must be a dict of keyword arguments")
+        _check_call(scenario, inputs)
         return self._call(scenario, inputs, float(deadline), names=None, retry=retry)
+
+    def each(self, calls, deadline: float = DEFAULT_DEADLINE, retry: bool = True) -> Reply:
+        """Several calls ([[scenario, inputs], ...]) in one fresh worker, each answered as a call of its
+        own would be: "ok" with data [a Reply per call, "ok" or "raised"], so one that raises (a stub,
+        SystemExit) ends none of the others. Anything else (a death, a hang, a malformed answer) is the
+        whole call's Reply, as `call` gives it."""
+        calls = [list(c) for c in calls]
+        for scenario, inputs in calls:
+            _check_call(scenario, inputs)
+        reply = self._call(EACH, {"calls": calls}, float(deadline), names=None, retry=retry)
+        if reply.status != "ok":
+            return reply
+        answers = [_interpret(a, None) for a in reply.data] if type(reply.data) is list else []
+        if len(answers) != len(calls) or not all(a and a.status in ("ok", "raised") for a in answers):
+            return replace(reply, status="bad_reply", data=None, error="the worker's answers have the wrong form")
+        return replace(reply, data=answers)
 
     def check_import(self, names=REQUIRED_NAMES, deadline: float = DEFAULT_DEADLINE) -> Reply:
         """Import paged_kv in a worker and look for `names` (dotted: Class.method), running no
@@ -884,6 +898,13 @@ def _death(returncode):
             name = "unknown signal"
         return f"worker killed by signal {-returncode} ({name})"
     return f"worker exited with status {returncode} without a valid reply"
+
+
+def _check_call(scenario, inputs):
+    if not (isinstance(scenario, str) and scenario.isidentifier()) or scenario.startswith("__"):
+        raise ValueError("scenario must be an identifier (and not __import__: see check_import)")
+    if type(inputs) is not dict or not all(type(k) is str and k.isidentifier() for k in inputs):
+        raise TypeError("inputs must be a dict of keyword arguments")
 
 
 def _interpret(msg, names):

@@ -15,13 +15,16 @@ The order matters only for what the submission could see or take:
    cannot be, as no student code has run (the sandbox retries such a worker, and never charges it);
 4. compile paged_kv.py (the parser only: a SyntaxError here is about the file, not about inputs);
 5. import the scenarios (trusted code), then run the submission's module body;
-6. run `scenarios.SCENARIOS[name](paged_kv, **inputs)`, encode the result, write it, `os._exit(0)`.
+6. run `scenarios.SCENARIOS[name](paged_kv, **inputs)`, encode the result, write it, `os._exit(0)`;
+   "__each__" ({"calls": [[name, inputs], ...]}) runs several, each caught on its own.
 
 On REPLY_FD: wire.STARTED (8 bytes), then the reply, a wire frame of one dict:
     {"status": "ok", "result": DATA}
     {"status": "raised", "error": BUILTIN[, "todo_part": N]}   any BaseException, SystemExit included; N (1-5)
                                                        when a stub's NotImplementedError("TODO Part N: ...")
     {"status": "ok", "missing": [names]}               "__import__": it imports; names not found
+    {"status": "ok", "result": [REPLY, ...]}           "__each__": per call, the "ok" or "raised" dict
+                                                       a call of its own would have replied
     {"status": "import_error", "error": BUILTIN, "line": int|None, "message": str|None,
      "module": str|None}                               "message" only for SyntaxError (parser text),
                                                        "module" only for "__import__"
@@ -36,6 +39,7 @@ import os
 import sys
 
 IMPORT_CHECK = "__import__"
+EACH = "__each__"       # several scenarios in one call, each answered as a call of its own would be (sandbox.each)
 REQUEST_CAP = 64 << 20
 _BUILTIN_EXCEPTIONS = {id(cls): name for name, cls in vars(builtins).items()
                        if isinstance(cls, type) and issubclass(cls, BaseException)}
@@ -140,17 +144,27 @@ def _run(request, code_dir):
     if name == IMPORT_CHECK:
         missing = _missing(module, inputs["names"])
         return {"status": "ok", "missing": missing}
+    if name == EACH:
+        reply = {"status": "ok", "result": [_answer(scenarios, module, *call) for call in inputs["calls"]]}
+    else:
+        reply = _answer(scenarios, module, name, inputs)
+    if reply["status"] != "ok":
+        return reply
+    try:
+        return wire.encode(reply)
+    except BaseException as e:
+        return {"status": "unencodable", "error": builtin_name(e)}
+
+
+def _answer(scenarios, module, name, inputs):
+    """What a call of this one scenario replies (before encoding): its result, or what it raised."""
     scenario = getattr(scenarios, "SCENARIOS", {}).get(name)
     if scenario is None:
         return {"status": "no_scenario"}
     try:
-        result = scenario(module, **inputs)
+        return {"status": "ok", "result": scenario(module, **inputs)}
     except BaseException as e:
         return {"status": "raised", "error": builtin_name(e), **_todo_part(e)}
-    try:
-        return wire.encode({"status": "ok", "result": result})
-    except BaseException as e:
-        return {"status": "unencodable", "error": builtin_name(e)}
 
 
 def main():

@@ -6,12 +6,14 @@ the registry's checks of that part: a check without its judge, a judge without i
 the registry does not list fails collection (bind), and grade.py refuses such a grading (exit 3).
 There is no fallback judge: a check that wants the plain comparison names judges.generic_judge.
 Every case becomes one pytest item marked with its check. All cases go to the sandbox in TWO calls
-(the `batch` scenario; a fresh worker costs more than most parts), made at once as soon as collection
-ends: one for the parts whose cases have second runs (they wait on it), one for the others. When a
-call fails in any way, each check of its parts is called again on its own (and the sandbox calls such
+(Sandbox.each, a `batch` scenario per check; a fresh worker costs more than most parts), made at once
+as soon as collection ends: one for the parts whose cases have second runs (they wait on it), one for
+the others. A check that raises (a stub's NotImplementedError, SystemExit) gets its own answer in it,
+as a call of its own would, and ends none of the others. When a call fails otherwise (a death, a hang,
+a malformed reply), each check of its parts is called again on its own (and the sandbox calls such
 a check once more in a fresh worker if its worker dies or the machine starves it: sandbox.py), so a
-crash or a hang costs only the check it happens in. The
-reference answers the same calls here, in the trusted process. The submission's code never runs
+crash or a hang costs only the check it happens in. The reference answers the same calls here, in
+the trusted process. The submission's code never runs
 in this process.
 
 A call the machine failed twice ("grader_error") is judged as nothing: the case fails here, but
@@ -29,6 +31,7 @@ saying why; a grader error there is a grader error. The judge reads it as `ctx.s
 No judge asks how another check fares: a case is passed or failed on its own answers, so failing a
 check on purpose cannot excuse another.
 """
+import gc
 import hashlib
 import queue
 import threading
@@ -45,7 +48,7 @@ from explain import hidden_feedback
 
 from grader import refcache, rubric
 from grader.hidden.compare import ranges_for
-from grader.sandbox import DEFAULT_DEADLINE, Reply, Sandbox
+from grader.sandbox import DEFAULT_DEADLINE, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
 LEDGER = Path(__file__).with_name("ledger.py").read_text()     # scenarios.working_pool: Part 1's references
@@ -165,13 +168,14 @@ class Grading:
         for check_id in order:
             self.expected[check_id], self.ref_seconds[check_id] = known[check_id]
             self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
+        gc.freeze()     # what lives now (the modules, the reference's answers) lives to the end: not traversed again
         self.twinned = [part for part in self.parts if self._second_ids(part)]
         for parts in (self.twinned, [p for p in self.parts if p not in self.twinned]):   # the first is waited on
             if not parts:
                 continue
             ids = [c for p in parts for c in self.parts[p]]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
-            future = self.executor.submit(self._call, "+".join(parts), calls, self._deadline(ids), False)
+            future = self.executor.submit(self._call, "+".join(parts), calls, self._deadline(ids), False, True)
             for p in parts:
                 self.part_futures[p], self.together[p] = future, ids
         if self.twinned:                # the second runs start as soon as the first answers are in
@@ -188,10 +192,12 @@ class Grading:
     def _deadline(self, check_ids):
         return max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * sum(self.ref_seconds[c] for c in check_ids))
 
-    def _call(self, label, calls, deadline, retry=True):
+    def _call(self, label, calls, deadline, retry=True, each=False):
+        """One sandbox call of `calls`: as one batch (a reply for all), or each=True, one Reply per call."""
         box = self.sandboxes.get()
         try:
-            reply = box.call("batch", {"calls": calls}, deadline=deadline, retry=retry)
+            reply = box.each(calls, deadline=deadline, retry=retry) if each else \
+                box.call("batch", {"calls": calls}, deadline=deadline, retry=retry)
         finally:
             self.sandboxes.put(box)
         with self.lock:
@@ -199,9 +205,10 @@ class Grading:
         return reply
 
     def _first(self, part):
-        """{check id: its answer} of the call a part's checks went in, when it answered them all; else None."""
+        """{check id: its Reply} of the call a part's checks went in, when it answered them all (a check
+        that raised included: its Reply says so, as a call of its own would); else None."""
         ids, whole = self.together[part], self.part_futures[part].result()
-        if whole.status == "ok" and isinstance(whole.data, list) and len(whole.data) == len(ids):
+        if whole.status == "ok" and len(whole.data) == len(ids):
             return dict(zip(ids, whole.data))
         return None
 
@@ -212,7 +219,7 @@ class Grading:
         part = rubric.CHECKS[check_id].part
         answered = self._first(part)
         if answered is not None:
-            return Reply("ok", data=answered[check_id])
+            return answered[check_id]
         with self.lock:
             if check_id not in self.futures:
                 for c in self.parts[part]:
@@ -255,37 +262,39 @@ class Grading:
         if not wait and not all(f.done() for f in futures):
             return None
         answered = {p: self._first(p) for p in self.twinned}
-        data = {c: answered[p][c] for p in self.twinned if answered[p] is not None for c in self._second_ids(p)}
+        data = {c: answered[p][c].data for p in self.twinned if answered[p] is not None for c in self._second_ids(p)
+                if answered[p][c].status == "ok"}
         with self.lock:
             if self.seconds is None:
                 calls, where = self._second_batch(list(data), data.get)
                 if calls:
                     self.second_futures["seconds"] = self.executor.submit(
-                        self._call, "second runs", calls, self._deadline(list(data)), False)    # retried per check
+                        self._call, "second runs", calls, self._deadline(list(data)), False, True)  # retried per check
                 self.seconds = (calls, where)
         return self.seconds
 
     def _second_reply(self, check_id, i):
-        """The sandbox's reply for case i's second run, and its index in that reply: the one call of all
-        parts' second runs when it answered them all, else a call of the check's own."""
+        """The sandbox's Reply for case i's second run: from the one call of all parts' second runs when
+        it answered them all, else from a call of the check's own (None: no second run could be made)."""
         calls, where = self._start_seconds()
         reply = self.second_futures["seconds"].result() if (check_id, i) in where else None
-        if reply is not None and reply.status == "ok" and isinstance(reply.data, list) and len(reply.data) == len(calls):
-            return reply, where[(check_id, i)]
+        if reply is not None and reply.status == "ok" and len(reply.data) == len(calls):
+            return reply.data[where[(check_id, i)]]
         data = self._reply(check_id).data        # (ok: answer() saw it)
         with self.lock:              # the check's own call, so a failure costs only its own cases
             calls, where = self._second_batch([check_id], lambda c: data)
             if check_id not in self.second_futures and calls:
                 self.second_futures[check_id] = self.executor.submit(self._call, f"{check_id} (second run)", calls,
-                                                                     self._deadline([check_id]))
+                                                                     self._deadline([check_id]), True, True)
         if (check_id, i) not in where:
-            return None, None
-        return self.second_futures[check_id].result(), where[(check_id, i)]
+            return None
+        reply = self.second_futures[check_id].result()
+        return reply.data[where[(check_id, i)]] if reply.status == "ok" else reply
 
     def second(self, check_id, i):
         """Case i's second run: (its answers, one per call, or None, message): a missing or malformed
         answer is a message that fails the case; a grader error fails it as not judged."""
-        reply, index = self._second_reply(check_id, i)
+        reply = self._second_reply(check_id, i)
         if reply is None:
             return None, _wrong_form("first answer")
         if reply.status == "grader_error":
@@ -297,7 +306,7 @@ class Grading:
         if reply.status != "ok":
             why = _no_answer(reply, registry.number(part))
             return None, "  the run this check compares yours with (the same code, in a worker of its own) failed: " + why
-        data = reply.data[index] if isinstance(reply.data, list) and len(reply.data) > index else None
+        data = reply.data
         if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
             return None, _wrong_form("answer of the run this check compares yours with")
         return data, None

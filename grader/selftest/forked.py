@@ -14,6 +14,7 @@ results.
 
     forked.install()     in the warm start's child (warm.py), before the grader's main
 """
+import gc
 import os
 import resource
 import sys
@@ -66,6 +67,7 @@ def _serve(call_dir, request, deadline, reply_fd, err_fd):
     """In the child: what the launch chain and worker.main do before worker.serve, then it; exit (never returns)."""
     code = 70
     try:
+        gc.freeze()          # the grading's heap, inherited: a fresh worker has none to traverse
         os.setsid()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
