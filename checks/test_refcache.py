@@ -83,3 +83,26 @@ def test_a_seed_graded_once_stores_nothing(state):
         refcache.answers(seed, ["a"], lambda c: ([1], 0.1))
     where = refcache.folder("grader-x")
     assert not list(where.glob("*.wire")) and len(list(where.glob("*.seen"))) == 5
+
+
+@root_only
+def test_preloaded_answers_are_the_files_and_only_while_it_is_the_same_file(state, monkeypatch):
+    """A warm start's preload: a child's load takes the answers from memory without reading the file
+    again, and reads it again once the file was replaced (store writes a new one) or removed."""
+    monkeypatch.setattr(refcache, "_PRELOADED", {})
+    compute = lambda c: ([{"blocks": [c, 1], "kv": np.arange(3.0)}], 0.5)     # noqa: E731
+    for _ in range(2):
+        refcache.answers(4, ["a"], compute)        # marked, then stored
+    where = refcache.folder("grader-x")
+    refcache.preload(where, 4)
+    read = refcache.load(where, 4)
+    with monkeypatch.context() as m:
+        m.setattr(refcache.wire, "decode", lambda *a, **k: pytest.fail("the file was read again"))
+        again = refcache.load(where, 4)
+    assert list(read) == list(again) == ["a"] and refcache.identical(again["a"][0], read["a"][0])
+    refcache.store(where, 4, {"b": compute("b")})          # a new file: read, not the memory
+    assert sorted(refcache.load(where, 4)) == ["a", "b"]
+    (where / "seed-4.wire").unlink()
+    assert refcache.load(where, 4) == {}
+    refcache.preload(where, 5)                             # no file: nothing kept, nothing raised
+    assert refcache.load(where, 5) == {}

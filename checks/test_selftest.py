@@ -97,6 +97,10 @@ def test_strategic_corpus_is_sound():
             ("count_ignores_copies", ("copy_block_target",))} <= xs
     assert {t.trick for t in strategic.TRICKS} >= {"memo_twin", "twins_patched", "bw_gathers"}
     assert strategic.KNOWN_OPEN <= set(strategic.ENTRIES)
+    # graded with forked calls (run.py): every pair's three and every trick's base; never a trick
+    tricks = {strategic.keys(t)[1] for t in strategic.TRICKS}
+    assert {k for k in subs if not strategic.honest(k)} == tricks
+    assert all(strategic.honest(k) for p in strategic.PAIRS for k in strategic.keys(p))
 
 
 def test_strategic_verdicts():

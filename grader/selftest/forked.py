@@ -1,16 +1,17 @@
-"""The selftest's honest corpus (its mutants and correct variants) graded with every sandbox call
-forked from the grading process instead of launched through the sandbox's chain (a fresh
-interpreter importing numpy inside new namespaces: about 0.1 s of CPU per call, four or more calls
-per grading). The rest is the grader's own: the same requests and replies on the same pipes, read
-by the same _collect and judged by the same _attempt and _verdict; in the child, the call's own
-files imported (its scenarios, not the grading's), the sandbox's rlimits, and fresh standard streams
-on /dev/null (the grading's are pytest's captures), so a print, a death, a hang or an exhausted
-limit is seen as the sandbox sees it (checks/test_sandbox.py compares the two on each).
+"""The selftest's honest corpus (its mutants, its correct variants, the strategic corpus's plain bugs)
+graded with every sandbox call forked from the grading process instead of launched through the
+sandbox's chain (a fresh interpreter importing numpy inside new namespaces: about 0.1 s of CPU per
+call, four or more calls per grading). The rest is the grader's own: the same requests and replies
+on the same pipes, read by the same _collect and judged by the same _attempt and _verdict; in the
+child, the call's own files imported (its scenarios, not the grading's), the sandbox's rlimits, and
+fresh standard streams on /dev/null (the grading's are pytest's captures), so a print, a death, a
+hang or an exhausted limit is seen as the sandbox sees it (checks/test_sandbox.py compares the two
+on each).
 
-Never for a submission, nor for the hostile or strategic corpus: the child shares the grading
-process's memory (the reference, its answers) and runs as its user. run.py grades the DETERMINISM
-twins (a mutant of every part, two variants) again by the real command line and requires identical
-results.
+Never for a submission, nor for the hostile corpus or a strategic trick (strategic.honest): the
+child shares the grading process's memory (the reference, its answers) and runs as its user. run.py
+grades the DETERMINISM twins (a mutant of every part, two variants) again by the real command line
+and requires identical results.
 
     forked.install()     in the warm start's child (warm.py), before the grader's main
 """

@@ -190,7 +190,8 @@ GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-a
 
 
 WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's warm start (our own corpus)
-FORKED_KINDS = ("mutant", "variant")     # of those, their sandbox calls forked (forked.py: the honest corpus)
+FORKED_KINDS = ("mutant", "variant")     # of those, their sandbox calls forked (forked.py: the honest corpus),
+#                                          and the strategic corpus's plain bugs (strategic.honest), not its tricks
 WARM = []             # [the warm.Warm server] while main runs, unless --cold
 
 
@@ -218,10 +219,11 @@ def grade(s, root):
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
     argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
     warm = bool(WARM) and s.kind in WARM_KINDS
+    forked = s.kind in FORKED_KINDS or s.kind == "strategic" and strategic.honest(s.name)
     start = time.monotonic()
     try:
         s.exit = WARM[0].run("grader", argv, REPO, log, cascade.own_corpus_env(), GRADING_TIMEOUT,
-                             forked=s.kind in FORKED_KINDS) if warm \
+                             forked=forked) if warm \
             else _launch(argv, log)
         if s.exit is None:
             s.problems.append("the warm start's server died (warm.py)")

@@ -254,6 +254,13 @@ KNOWN_OPEN = set()     # all nine listed on 79db51f closed: excuses (6) and twin
 ENTRIES = {**{p.name: p for p in PAIRS}, **{t.name: t for t in TRICKS}}
 
 
+def honest(key):
+    """Whether a grading of the corpus (a key of `submissions`) is plain bugs only, no trick's code: a
+    pair's X, S and X + S, a trick's base. Such a text is as safe as a mutant to grade with forked
+    sandbox calls (run.py); a trick is graded through the real sandbox chain."""
+    return not set(key.split("+")) & {t.trick for t in TRICKS}
+
+
 def source(names, seed=0, skip=()):
     """The reference with the edits of every bug in `names` applied, in order."""
     original = text = mutants.reference_text()

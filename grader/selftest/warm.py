@@ -135,9 +135,18 @@ def _child(req):
             os._exit(code)
 
 
+def _preload():
+    """What a grading's refcache.load would read (seed 0, this grader's folder), read here once."""
+    from grader import refcache
+    from grader.fingerprint import grader_hash
+    where = refcache.folder(grader_hash()) if os.geteuid() == 0 else None
+    return (lambda: refcache.preload(where, 0)) if where else (lambda: None)
+
+
 def serve():
     for name in PREWARM:
         importlib.import_module(name)
+    preload = _preload()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -169,6 +178,8 @@ def serve():
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 req = json.loads(line)
+                if req["kind"] == "grader":
+                    preload()
                 sys.stdout.flush()
                 pid = os.fork()
                 if pid == 0:
