@@ -12,6 +12,7 @@ the tests hand over (item 3).
 """
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -300,11 +301,13 @@ def built(name, tmp_path):
 @pytest.mark.parametrize("name", ["leak_tokens_as_ids", "leak_tokens_as_counts", "leak_tokens_as_lengths",
                                   "leak_tokens_in_floats"])
 def test_a_sacrificial_submission_reads_back_no_more_than_the_bound(name, tmp_path):
+    """At most the bound at the default feedback, nothing at brief. As root, the selftest grades these
+    very submissions at the default and judges the same bound (run.read_back): only brief here."""
     from grader.selftest import leaks
-    results = grade(built(name, tmp_path), tmp_path)
-    got = leaks.leaked(results, seed=0)
-    print(name, got)
-    assert got["tokens"] * 8 <= len(rubric.ALL_PARTS) * feedback.PART_BITS, got
+    if os.geteuid() != 0:
+        got = leaks.leaked(grade(built(name, tmp_path), tmp_path), seed=0)
+        print(name, got)
+        assert got["tokens"] * 8 <= len(rubric.ALL_PARTS) * feedback.PART_BITS, got
     assert leaks.leaked(grade(built(name, tmp_path / "b"), tmp_path, "--feedback", "brief"), 0)["tokens"] == 0
 
 
