@@ -54,45 +54,36 @@ _PRELOADED = {}     # a seed's file -> (which file it was, its answers): read be
 
 def load(where, seed):
     """{check id: (answers, seconds)} cached for `seed`, or {} (none yet, or unreadable)."""
-    path = where / f"seed-{seed}.wire"
+    return _read(where / f"seed-{seed}.wire")[1]
+
+
+def _read(path):
+    """(which file it was: None when none could be read, its answers): from memory when preload read
+    this very file (a file is replaced whole, never written in place: store), else from the file."""
     try:
         with open(path, "rb") as f:
-            which, known = _identity(f), _PRELOADED.get(path)
+            st = os.fstat(f.fileno())
+            which, known = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), _PRELOADED.get(path)
             if known and known[0] == which:
-                return dict(known[1])
+                return which, dict(known[1])
             data = wire.decode(f.read(), max_bytes=_LIMIT, max_header=_LIMIT)
     except (OSError, wire.WireError):
-        return {}
+        return None, {}
     if type(data) is not dict:
-        return {}
-    return {c: (v["answers"], v["seconds"]) for c, v in data.items()
-            if type(v) is dict and set(v) == {"answers", "seconds"} and type(v["seconds"]) is float}
-
-
-def _identity(f):
-    st = os.fstat(f.fileno())
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+        return which, {}
+    return which, {c: (v["answers"], v["seconds"]) for c, v in data.items()
+                   if type(v) is dict and set(v) == {"answers", "seconds"} and type(v["seconds"]) is float}
 
 
 def preload(where, seed):
     """Read a seed's answers in a process that forks gradings (the selftest's warm start, before each
-    fork): a child's `load` takes them from memory while the file is still the one read (a file is
-    replaced whole, never written in place: store), and reads the file itself otherwise."""
+    fork), so that a child's `load` takes them from memory while the file is still the one read."""
     path = where / f"seed-{seed}.wire"
-    try:
-        with open(path, "rb") as f:
-            which = _identity(f)
-    except OSError:
-        return
-    if _PRELOADED.get(path, (None,))[0] != which:
+    which, answers = _read(path)
+    if which is None:
         _PRELOADED.pop(path, None)
-        answers = load(where, seed)
-        try:
-            with open(path, "rb") as f:
-                if _identity(f) == which:          # still the file those answers came from
-                    _PRELOADED[path] = (which, answers)
-        except OSError:
-            pass
+    else:
+        _PRELOADED[path] = (which, answers)
 
 
 def store(where, seed, entries):

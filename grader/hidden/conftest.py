@@ -175,7 +175,8 @@ class Grading:
                 continue
             ids = [c for p in parts for c in self.parts[p]]
             calls = [["batch", {"calls": self._calls(c)}] for c in ids]      # retried below, per check
-            future = self.executor.submit(self._call, "+".join(parts), calls, self._deadline(ids), False, True)
+            future = self.executor.submit(self._call, "+".join(parts), calls, self._deadline(ids),
+                                          retry=False, each=True)
             for p in parts:
                 self.part_futures[p], self.together[p] = future, ids
         if self.twinned:                # the second runs start as soon as the first answers are in
@@ -208,7 +209,7 @@ class Grading:
         """{check id: its Reply} of the call a part's checks went in, when it answered them all (a check
         that raised included: its Reply says so, as a call of its own would); else None."""
         ids, whole = self.together[part], self.part_futures[part].result()
-        if whole.status == "ok" and len(whole.data) == len(ids):
+        if whole.status == "ok":            # each: one Reply per check, checked there
             return dict(zip(ids, whole.data))
         return None
 
@@ -269,23 +270,24 @@ class Grading:
                 calls, where = self._second_batch(list(data), data.get)
                 if calls:
                     self.second_futures["seconds"] = self.executor.submit(
-                        self._call, "second runs", calls, self._deadline(list(data)), False, True)  # retried per check
+                        self._call, "second runs", calls, self._deadline(list(data)), retry=False,
+                        each=True)      # retried per check
                 self.seconds = (calls, where)
         return self.seconds
 
     def _second_reply(self, check_id, i):
         """The sandbox's Reply for case i's second run: from the one call of all parts' second runs when
         it answered them all, else from a call of the check's own (None: no second run could be made)."""
-        calls, where = self._start_seconds()
+        _, where = self._start_seconds()
         reply = self.second_futures["seconds"].result() if (check_id, i) in where else None
-        if reply is not None and reply.status == "ok" and len(reply.data) == len(calls):
+        if reply is not None and reply.status == "ok":
             return reply.data[where[(check_id, i)]]
         data = self._reply(check_id).data        # (ok: answer() saw it)
         with self.lock:              # the check's own call, so a failure costs only its own cases
             calls, where = self._second_batch([check_id], lambda c: data)
             if check_id not in self.second_futures and calls:
                 self.second_futures[check_id] = self.executor.submit(self._call, f"{check_id} (second run)", calls,
-                                                                     self._deadline([check_id]), True, True)
+                                                                     self._deadline([check_id]), each=True)
         if (check_id, i) not in where:
             return None
         reply = self.second_futures[check_id].result()
