@@ -84,7 +84,7 @@ FEEDBACK ?= full
 autograder: $(VENV)/.ready
 	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK)
 
-# Fresh Debian roots (debootstrap minbase, cached in build/gsim/): setup.sh, then run_autograder on the
+# Fresh Debian roots (debootstrap minbase, cached in /var/cache/cs349e-gsim/): setup.sh, then run_autograder on the
 # reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.
 SUITES ?= bookworm bullseye
 gradescope-sim: autograder

@@ -1,7 +1,8 @@
 """`make gradescope-sim` as part of `make check`: the autograder built and run as Gradescope does, in
 fresh Debian roots (grader/gradescope/sim.py). It runs when it can (root, debootstrap present or
 installable, the Debian mirror and the package index reachable); otherwise the test is skipped with
-the reason, never passed silently. The base roots are cached in build/gsim/, so reruns are fast.
+the reason, never passed silently. The base roots are cached in /var/cache/cs349e-gsim/ (the machine's, not the clone's), so reruns
+and fresh clones are fast.
 """
 import functools
 import os

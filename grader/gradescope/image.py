@@ -3,9 +3,11 @@
 sim.py uses it to try the autograder as Gradescope builds and runs it, and to run the project's own
 checks on a bare machine. Everything here needs root.
 
-    base_tree(suite, include)  `debootstrap --variant=minbase`, cached as build/gsim/<suite>-minbase*/image
-                               (built when missing; delete the folder to rebuild; CS349E_GSIM_CACHE
-                               moves the cache, e.g. out of a CI's fresh clone). Never changed after.
+    base_tree(suite, include)  `debootstrap --variant=minbase`, cached as CACHE/<suite>-minbase*/image
+                               (built when missing; delete the folder to rebuild). CACHE is the
+                               machine's (/var/cache/cs349e-gsim; CS349E_GSIM_CACHE moves it), not
+                               the checkout's: a fresh clone reuses the roots an earlier one built
+                               (two suites: a minute of make check). Never changed after.
     Image(suite, include)      a fresh root: the cached tree under an overlay whose upper layer is new
                                (as Docker layers a container on its image), carrying the host's CA
                                certificates, apt sources and fetch settings, pip settings and resolver,
@@ -35,9 +37,8 @@ import time
 from pathlib import Path
 
 from grader import runtime
-from grader.paths import REPO
 
-CACHE = Path(os.environ.get("CS349E_GSIM_CACHE") or REPO / "build" / "gsim")   # base roots + fresh ones
+CACHE = Path(os.environ.get("CS349E_GSIM_CACHE") or "/var/cache/cs349e-gsim")   # base roots + fresh ones
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_CA_COPY = "/usr/local/share/ca-certificates/cs349e-host-bundle.crt"   # survives update-ca-certificates
@@ -173,7 +174,11 @@ def base_tree(suite: str, include: tuple = (), log=print) -> tuple[Path, float]:
         (work / "built.json").write_text(json.dumps({"suite": suite, "include": list(include),
                                                      "mirror": mirror(), "built": time.time()}) + "\n")
         work.chmod(0o755)
-        os.rename(work, out)
+        try:
+            os.rename(work, out)
+        except OSError:               # another checkout's run built it meanwhile: theirs is complete too
+            if not (out / "image").is_dir():
+                raise
     finally:
         _remove(work)
     return out, time.monotonic() - start
@@ -245,7 +250,7 @@ def reserve_uids(n: int = RESERVED_UIDS, wait: float = 900.0, log=print) -> list
 
 
 class Image:
-    """A fresh root of `suite` (plus `include` packages) under build/gsim/roots/, removed on close.
+    """A fresh root of `suite` (plus `include` packages) under CACHE/roots/, removed on close.
     hold_host_uids: hold the host's locks on RESERVED_UIDS sandbox uids while it lives (reserve_uids)."""
 
     def __init__(self, suite: str, include: tuple = (), log=print, hold_host_uids: bool = True):

@@ -7,7 +7,7 @@
                                                    non-slow part) in a bare bookworm root with only
                                                    make, python3, python3-venv and git
 
-Per suite, in a fresh root (image.py: debootstrap minbase, cached under build/gsim/; the root a mount
+Per suite, in a fresh root (image.py: debootstrap minbase, cached under /var/cache/cs349e-gsim/; the root a mount
 point, as a container's): the zip unpacked into /autograder/source and run_autograder copied to
 /autograder/run_autograder, `bash setup.sh` run there as root (timed), then run_autograder once per
 submission (timed): the reference (full marks), the starter (0), a syntax error (0, and the line is
