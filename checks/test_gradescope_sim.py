@@ -1,8 +1,8 @@
 """`make gradescope-sim` as part of `make check`: the autograder built and run as Gradescope does, in
 fresh Debian roots (grader/gradescope/sim.py). It runs when it can (root, debootstrap present or
 installable, the Debian mirror and the package index reachable); otherwise the test is skipped with
-the reason, never passed silently. The base roots are cached in /var/cache/cs349e-gsim/ (the machine's, not the clone's), so reruns
-and fresh clones are fast.
+the reason, never passed silently. The base roots are cached in /var/cache/cs349e-gsim/ (the
+machine's, not the clone's), so reruns and fresh clones are fast.
 """
 import functools
 import os
@@ -34,6 +34,21 @@ def test_the_autograder_is_built_and_graded_in_fresh_debian_roots(background):
 def test_it_says_why_it_cannot_run_without_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert sim.why_not(SUITES) == "needs root (debootstrap, mounts, namespaces)"
+
+
+def test_the_base_roots_are_the_machine_s_unless_no_overlay_can_sit_there(monkeypatch):
+    """A fresh clone reuses the roots an earlier checkout built (/var/cache); on a container's own
+    root (overlay, tmpfs) they go to the checkout's build/gsim/; CS349E_GSIM_CACHE wins over both."""
+    from grader.paths import REPO
+    monkeypatch.delenv("CS349E_GSIM_CACHE", raising=False)
+    seen = []
+    monkeypatch.setattr(image, "fs_type", lambda path: seen.append(str(path)) or "ext4")
+    assert str(image._cache()) == "/var/cache/cs349e-gsim" and seen == ["/var/cache/cs349e-gsim"]
+    for kind in ("overlay", "tmpfs"):
+        monkeypatch.setattr(image, "fs_type", lambda path, kind=kind: kind)
+        assert image._cache() == REPO / "build" / "gsim"
+    monkeypatch.setenv("CS349E_GSIM_CACHE", "/srv/roots")
+    assert str(image._cache()) == "/srv/roots"
 
 
 def test_the_staff_tools_are_not_in_the_autograder_zip():

@@ -5,9 +5,10 @@ checks on a bare machine. Everything here needs root.
 
     base_tree(suite, include)  `debootstrap --variant=minbase`, cached as CACHE/<suite>-minbase*/image
                                (built when missing; delete the folder to rebuild). CACHE is the
-                               machine's (/var/cache/cs349e-gsim; CS349E_GSIM_CACHE moves it), not
-                               the checkout's: a fresh clone reuses the roots an earlier one built
-                               (two suites: a minute of make check). Never changed after.
+                               machine's (/var/cache/cs349e-gsim, or build/gsim/ when that lies on
+                               an overlay; CS349E_GSIM_CACHE moves it), not the checkout's: a fresh
+                               clone reuses the roots an earlier one built (two suites: a minute of
+                               make check). Never changed after.
     Image(suite, include)      a fresh root: the cached tree under an overlay whose upper layer is new
                                (as Docker layers a container on its image), carrying the host's CA
                                certificates, apt sources and fetch settings, pip settings and resolver,
@@ -37,8 +38,8 @@ import time
 from pathlib import Path
 
 from grader import runtime
+from grader.paths import REPO
 
-CACHE = Path(os.environ.get("CS349E_GSIM_CACHE") or "/var/cache/cs349e-gsim")   # base roots + fresh ones
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_CA_COPY = "/usr/local/share/ca-certificates/cs349e-host-bundle.crt"   # survives update-ca-certificates
@@ -197,6 +198,19 @@ def fs_type(path: Path) -> str:
             if (real + "/").startswith(point.rstrip("/") + "/") and len(point) >= len(best):
                 best, kind = point, fstype
     return kind
+
+
+def _cache() -> Path:
+    """Where the base roots (and the fresh ones) live: the machine's, so that a fresh clone reuses the
+    roots an earlier checkout built, unless that folder lies where no overlay can be layered (a
+    container's own root): then the checkout's build/gsim/, as a bind-mounted checkout usually can."""
+    if os.environ.get("CS349E_GSIM_CACHE"):
+        return Path(os.environ["CS349E_GSIM_CACHE"])
+    machine = Path("/var/cache/cs349e-gsim")
+    return REPO / "build" / "gsim" if fs_type(machine) in ("overlay", "tmpfs") else machine
+
+
+CACHE = _cache()
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -7,15 +7,15 @@
                                                    non-slow part) in a bare bookworm root with only
                                                    make, python3, python3-venv and git
 
-Per suite, in a fresh root (image.py: debootstrap minbase, cached under /var/cache/cs349e-gsim/; the root a mount
-point, as a container's): the zip unpacked into /autograder/source and run_autograder copied to
-/autograder/run_autograder, `bash setup.sh` run there as root (timed), then run_autograder once per
-submission (timed): the reference (full marks), the starter (0), a syntax error (0, and the line is
-named), and a hostile one that forges results.json and reads /autograder/source (graded as its honest
-base, 0; results.json, the sources and the image outside its sandbox untouched). Every results.json
-is checked against Gradescope's documented format (spec.py). Then the two images the issue met, for
-their diagnosis: the same root entered with a plain chroot (not a mount point), and with its root
-folder 0700.
+Per suite, in a fresh root (image.py: debootstrap minbase, cached under /var/cache/cs349e-gsim/; the
+root a mount point, as a container's): the zip unpacked into /autograder/source and run_autograder
+copied to /autograder/run_autograder, `bash setup.sh` run there as root (timed), then run_autograder
+once per submission (timed): the reference (full marks), the starter (0), a syntax error (0, and the
+line is named), and a hostile one that forges results.json and reads /autograder/source (graded as its
+honest base, 0; results.json, the sources and the image outside its sandbox untouched). Every
+results.json is checked against Gradescope's documented format (spec.py). Then the two images the issue
+met, for their diagnosis: the same root entered with a plain chroot (not a mount point), and with its
+root folder 0700.
 
 A suite's setup.sh either makes grading work or stops with one message naming the base image to
 choose; a setup that fails otherwise, or grading that fails after a setup that passed, fails the run.
