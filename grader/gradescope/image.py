@@ -47,6 +47,7 @@ PIP_FILES = ["/etc/pip.conf", "/etc/xdg/pip", str(Path.home() / ".config/pip/pip
 PASSED_ENV = re.compile(r"^(PIP_\w+|https?_proxy|no_proxy|HTTPS?_PROXY|NO_PROXY)$")
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+NO_OVERLAY_ON = ("overlay", "tmpfs")   # filesystems a fresh root's overlay cannot be layered on
 ENTER = ("pivot", "chroot", "plain")   # how Image.run enters the root (see the module's docstring)
 PIDS = ("own", "shared")               # a pid namespace of its own, or the host's process table
 RESERVED_UIDS = 16          # sandbox uids the image's graders may use (runtime.UID_BASE on)
@@ -207,7 +208,7 @@ def _cache() -> Path:
     if os.environ.get("CS349E_GSIM_CACHE"):
         return Path(os.environ["CS349E_GSIM_CACHE"])
     machine = Path("/var/cache/cs349e-gsim")
-    return REPO / "build" / "gsim" if fs_type(machine) in ("overlay", "tmpfs") else machine
+    return REPO / "build" / "gsim" if fs_type(machine) in NO_OVERLAY_ON else machine
 
 
 CACHE = _cache()

@@ -299,7 +299,7 @@ def why_not(suites) -> str:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
             return f"debootstrap is missing and apt-get could not install it: {last}"
     where = image.fs_type(image.CACHE)
-    if where in ("overlay", "tmpfs"):
+    if where in image.NO_OVERLAY_ON:
         return (f"{image.CACHE} lies on {where} (this machine is itself a container or a simulated image): "
                 f"a fresh root cannot be layered on it")
     if "overlay" not in Path("/proc/filesystems").read_text():

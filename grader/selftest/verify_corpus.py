@@ -1323,8 +1323,8 @@ def workload(pk):
 
 
 def timed(pk, repeat=3, warm_up=True):
-    """Best of `repeat` runs of the workload in CPU seconds of this process (after a warm-up run): CPU time
-    is far less disturbed than wall time by other jobs sharing the machine."""
+    """Best of `repeat` runs of the workload in CPU seconds of this process (after a warm-up run, unless
+    warm_up is False): CPU time is far less disturbed than wall time by other jobs sharing the machine."""
     best = float("inf")
     for i in range(repeat + warm_up):
         t = time.process_time()
@@ -1336,7 +1336,7 @@ def timed(pk, repeat=3, warm_up=True):
 
 
 def verify_variants(ref, verbose=False):
-    problems = []
+    problems, checked = [], []
     t_ref = timed(ref)
     timings = {}
     for path in variant_paths():
@@ -1351,6 +1351,7 @@ def verify_variants(ref, verbose=False):
         except Exception as e:  # noqa: BLE001
             problems.append(f"variant {name}: cannot import: {type(e).__name__}: {e}")
             continue
+        checked.append(name)
         res = run_checks(pk, ref)
         failed = {n: msg for n, msg in res.items() if msg is not None}
         for n, msg in failed.items():
@@ -1371,7 +1372,7 @@ def verify_variants(ref, verbose=False):
         if verbose:
             print(f"  {name:24s} {len(res) - len(failed)}/{len(res)} checks pass, {FUZZ_SEEDS} differential runs; workload "
                   f"{timings[name]:.2f} s = {timings[name] / t_ref:.1f}x the reference")
-    return problems, t_ref, timings
+    return problems, t_ref, timings, checked
 
 
 # mutants the contract model must catch on its own (the mutant as both "implementations", so the
@@ -1454,9 +1455,9 @@ def main(argv=None):
         print("mutants: " + ", ".join(f"{part} {k}/{n}" for part, (k, n) in by_part.items())
               + f"; {sum(k for k, _ in by_part.values())}/{len(mutants_mod.MUTANTS)} shown wrong by their witness")
     if args.only in (None, "variants"):
-        p, t_ref, timings = verify_variants(ref, args.verbose)
+        p, t_ref, timings, checked = verify_variants(ref, args.verbose)
         problems += p + verify_model_teeth()
-        print(f"variants: {len(variant_paths())} checked, {len({x.split(':')[0] for x in p})} with problems; "
+        print(f"variants: {len(checked)} checked, {len({x.split(':')[0] for x in p})} with problems; "
               f"reference workload {t_ref:.2f} s; " + ", ".join(f"{n} {t / t_ref:.1f}x" for n, t in timings.items()))
     if args.only in (None, "hostile"):
         problems += verify_hostile(args.verbose)
