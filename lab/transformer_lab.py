@@ -48,13 +48,18 @@ def init_params(cfg: Config, seed: int = 0) -> dict:
 
 
 def _layer_norm(x, gain):
-    mu = x.mean(axis=-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + 1e-5) * gain
+    # sums over the count, as mean() computes them (the same bits), without its overhead: the model
+    # runs this three times a layer for every token the tests and the demos decode
+    n = x.shape[-1]
+    d = x - x.sum(axis=-1, keepdims=True) / n
+    var = (d ** 2).sum(axis=-1, keepdims=True) / n
+    return d / np.sqrt(var + 1e-5) * gain
 
 
 def _gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    # x * x * x, not x ** 3: numpy's power calls pow() per element, 100x slower here and the
+    # MLP's largest cost (every paged step of every test runs it)
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * (x * x * x))))
 
 
 def embed(params, cfg, tokens, start):
@@ -69,9 +74,9 @@ def embed(params, cfg, tokens, start):
 def qkv(params, cfg, layer, x):
     """x [..., T, D] -> (q, k, v), each [..., T, n_heads, d_head]."""
     h = _layer_norm(x, params[f"ln1_{layer}"]) @ params[f"wqkv_{layer}"]
-    q, k, v = np.split(h, 3, axis=-1)
+    n = cfg.n_heads * cfg.d_head
     shape = x.shape[:-1] + (cfg.n_heads, cfg.d_head)
-    return q.reshape(shape), k.reshape(shape), v.reshape(shape)
+    return h[..., :n].reshape(shape), h[..., n:2 * n].reshape(shape), h[..., 2 * n:].reshape(shape)
 
 
 def attention_core(q, K, V, start):
@@ -80,16 +85,16 @@ def attention_core(q, K, V, start):
     q [..., T, H, Dh]; K, V [..., S, H, Dh] (leading dims broadcast) -> [..., T, H, Dh].
     """
     T, S, Dh = q.shape[-3], K.shape[-3], q.shape[-1]
-    qh = np.swapaxes(q, -3, -2)                       # [..., H, T, Dh]
-    kh = np.swapaxes(K, -3, -2)                       # [..., H, S, Dh]
-    vh = np.swapaxes(V, -3, -2)
-    scores = (qh @ np.swapaxes(kh, -1, -2)) / np.sqrt(Dh)   # [..., H, T, S]
+    qh = q.swapaxes(-3, -2)                           # [..., H, T, Dh]
+    kh = K.swapaxes(-3, -2)                           # [..., H, S, Dh]
+    vh = V.swapaxes(-3, -2)
+    scores = (qh @ kh.swapaxes(-1, -2)) / np.sqrt(Dh)       # [..., H, T, S]
     visible = np.arange(S)[None, :] <= (start + np.arange(T))[:, None]
     scores = np.where(visible, scores, -np.inf)
     scores = scores - scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
     p = p / p.sum(axis=-1, keepdims=True)
-    return np.swapaxes(p @ vh, -3, -2)                # [..., T, H, Dh]
+    return (p @ vh).swapaxes(-3, -2)                  # [..., T, H, Dh]
 
 
 def attn_out(params, cfg, layer, x, a):

@@ -18,6 +18,8 @@ from transformer_lab import attention_core, attn_out, embed, qkv, unembed
 
 
 def _as_int(x, what):
+    if type(x) is int:          # the common case, without the ABC's isinstance (every refcount read)
+        return x
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
         raise ValueError(f"{what} must be an integer, got {type(x).__name__}")
     return int(x)
