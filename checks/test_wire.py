@@ -50,6 +50,19 @@ def test_round_trip_is_bit_exact_and_plain():
     assert out["$dollar"] == {"$$two": 1} and out["nd"] == {"$nd": 0}     # user keys, not placeholders
 
 
+def test_a_list_of_plain_ints_crosses_as_ints_and_a_bool_or_numpy_int_among_them_keeps_its_own_way():
+    """Lists of plain ints (a pool's refcounts) take a path without a call per element: the same ints
+    come out, and a list holding a bool, a numpy integer or an int beyond int64 does not take it."""
+    ints = list(range(-5, 300)) + [2**63 - 1, -2**63]
+    out = wire.decode(wire.encode({"ints": ints, "tuple": (3, 4), "bools": [1, True, 0, False],
+                                   "np": [1, np.int64(2)], "floats": [1, 2.0]}))
+    assert out["ints"] == ints and all(type(v) is int for v in out["ints"])
+    assert out["tuple"] == [3, 4] and [type(v) for v in out["bools"]] == [int, bool, int, bool]
+    assert [type(v) for v in out["np"]] == [int, int] and [type(v) for v in out["floats"]] == [int, float]
+    with pytest.raises(TypeError):
+        wire.encode([0, 2**63])
+
+
 def test_lossless_conversions_and_base_class_only():
     class Sub(np.ndarray):
         pass
@@ -107,6 +120,10 @@ class Evil:
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": 1e999}'), id="json-float-overflow"),
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": ' + b"9" * 5000 + b"}"), id="json-huge-int"),
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": 9223372036854775808}'), id="int-beyond-int64"),
+    pytest.param(frame(None, raw_header=b'{"arrays": [], "body": [0, 1, -9223372036854775809]}'),
+                 id="int-beyond-int64-in-a-list-of-ints"),
+    pytest.param(frame(None, raw_header=b'{"arrays": [], "body": [true, 9223372036854775808]}'),
+                 id="int-beyond-int64-in-a-mixed-list"),
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": {"a": 1, "a": 2}}'), id="duplicate-key"),
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": "\\ud800"}'), id="lone-surrogate"),
     pytest.param(frame(None, raw_header=b'{"arrays": [], "body": "\xff"}'), id="bad-utf8"),

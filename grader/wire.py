@@ -78,6 +78,8 @@ def _encode_value(x, arrays, depth):
         arrays.append(_plain_array(x))
         return {"$nd": len(arrays) - 1}
     if t is list or t is tuple:
+        if _plain_ints(x):          # most of a grading's values: a pool's refcounts, after every action
+            return list(x)
         return [_encode_value(v, arrays, depth + 1) for v in x]
     if t is dict:
         out = {}
@@ -88,6 +90,15 @@ def _encode_value(x, arrays, depth):
             out["$" + k if k.startswith("$") else k] = _encode_value(v, arrays, depth + 1)
         return out
     raise TypeError(f"cannot send a {t.__name__} across the sandbox boundary")
+
+
+def _plain_ints(x):
+    """Whether a list holds only plain ints (no bool, no subclass) in the int64 range: then it
+    crosses as it is, without a call per element, in either direction."""
+    return bool(x) and set(map(type, x)) == _INT_ONLY and _INT_MIN <= min(x) and max(x) <= _INT_MAX
+
+
+_INT_ONLY = {int}
 
 
 def _plain_array(a):
@@ -141,7 +152,7 @@ def _parse_header(raw):
     try:
         text = raw.decode("utf-8")
         header = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                            parse_int=_bounded_int, object_pairs_hook=_unique_keys)
+                            object_pairs_hook=_unique_keys)     # ints: bounded where they are read
     except WireError:
         raise
     except (ValueError, RecursionError, MemoryError):   # JSON syntax, bad UTF-8, deep nesting
@@ -159,15 +170,6 @@ def _finite_float(text):
     x = float(text)
     if not math.isfinite(x):
         raise WireError("float literal out of range")
-    return x
-
-
-def _bounded_int(text):
-    if len(text) > 20:
-        raise WireError("int literal too long")
-    x = int(text)
-    if not _INT_MIN <= x <= _INT_MAX:
-        raise WireError("int outside the int64 range")
     return x
 
 
@@ -230,11 +232,19 @@ def _decode_value(x, arrays, depth, max_depth):
     if depth > max_depth:
         raise WireError("nested deeper than the depth cap")
     t = type(x)
-    if x is None or t in (bool, int, float):
+    if t is int:
+        if not _INT_MIN <= x <= _INT_MAX:
+            raise WireError("int outside the int64 range")
+        return x
+    if x is None or t in (bool, float):
         return x
     if t is str:
         return _check_text(x, WireError)
     if t is list:
+        if _plain_ints(x):          # a fresh list json.loads made: ours to return
+            return x
+        if x and set(map(type, x)) == _INT_ONLY:
+            raise WireError("int outside the int64 range")
         return [_decode_value(v, arrays, depth + 1, max_depth) for v in x]
     if t is not dict:
         raise WireError("unexpected JSON value")
