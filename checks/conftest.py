@@ -45,9 +45,9 @@ class Background:
     """One long command of a check, started when collection ended (see below); `wait` gives its exit
     code and output once it is done."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, cwd=ROOT):
         self.out = tempfile.TemporaryFile()         # its output; gone when closed, at the session's end
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(argv, cwd=cwd, stdout=self.out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
 
     def wait(self, timeout):
@@ -73,13 +73,20 @@ def pytest_collection_modifyitems(config, items):
     giving the argv, or None when it cannot run here) has it started as soon as collection ends, and runs
     last, waiting for it (the `background` fixture): the other checks run meanwhile, on the cores
     it leaves idle (the selftest, most of make check's CPU; the Gradescope simulation). They write
-    nothing into the folders the selftest watches (make check runs with PYTHONDONTWRITEBYTECODE).
+    nothing into the folders the selftest watches (make check compiles into build/pycache: the Makefile).
+    The checks marked `lane` go to a pytest process of their own, started with them (_second_lane).
     A check marked `parallel` (it runs two processes at once itself) runs after them too, on the cores
     they leave, and one marked `quiet` (it starves the machine itself) last, on a machine they left."""
     if config.option.collectonly:
         return
     import outside
     started, late = {}, []
+    lane = _second_lane(config, items)
+    if lane:
+        waiter, argv = lane
+        started[waiter.nodeid] = Background(argv, cwd=config.rootpath)     # where the node ids are from
+        outside.EXCLUDED.add(started[waiter.nodeid].proc.pid)
+        late.append(waiter)
     for item in items:
         command = getattr(getattr(item, "module", None), "BACKGROUND", {}).get(getattr(item, "originalname", None))
         argv = command() if command else None
@@ -93,6 +100,28 @@ def pytest_collection_modifyitems(config, items):
         items.remove(item)
         items.append(item)
     config.stash[STARTED] = started
+
+
+LANE_TEST = "checks/test_lane.py::test_the_checks_marked_lane_pass_in_a_process_of_their_own"
+
+
+def _second_lane(config, items):
+    """The checks marked `lane` (long, self-contained, mostly other processes: a .venv on every
+    Python, a copy of the project changed and graded) run in a pytest process of their own, started
+    now beside the background commands, so that the selftest's two workers, this session and that
+    one share the two cores to the end instead of this session's serial tail running alone (a check
+    marked `quiet` too stays here: it runs last, alone). Only when LANE_TEST was collected too, which
+    waits for that process and fails with its output: a run of one module or one check runs them
+    here as usual. (the waiting check, the lane's argv), or None."""
+    waiter = next((item for item in items if item.nodeid == LANE_TEST), None)
+    marked = [item for item in items if item.get_closest_marker("lane") and not item.get_closest_marker("quiet")]
+    if waiter is None or not marked:
+        return None
+    for item in marked:
+        items.remove(item)
+    config.hook.pytest_deselected(items=marked)
+    argv = [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", *(i.nodeid for i in marked)]
+    return waiter, argv
 
 
 def pytest_unconfigure(config):

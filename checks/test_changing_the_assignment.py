@@ -85,6 +85,7 @@ def test_a_numerically_stable_softmax(pk):
 '''
 
 
+@pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
 def test_a_new_part_3_check(copy):
     """A 2-point check of Part 3 (its points taken from two others: Part 3 stays 15): its registry
@@ -159,6 +160,7 @@ def test_frob_doubles(pk):
 }
 
 
+@pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
 def test_a_throwaway_bonus_part_6(copy):
     """A bonus Part 6 (one function, one check): the registry's part and check, its stub and its
@@ -213,6 +215,7 @@ def test_a_throwaway_bonus_part_6(copy):
     assert "frob" not in off.stdout and "PrefixCache" not in off.stdout and "class PagedSequence" in off.stdout
 
 
+@pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
 def test_a_check_added_without_its_judge_is_a_grader_error(copy):
     """Issue 17's trap: a ninth Part 4 check registered and planned, its judge forgotten. It once fell

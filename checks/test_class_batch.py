@@ -30,7 +30,8 @@ from browser_check import Outline  # noqa: E402
 
 REPO = paths.REPO
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),     # the first test grades the class (a loaded machine: minutes)
-              pytest.mark.parallel]                             # two gradings at once: after the background commands
+              pytest.mark.parallel,                             # two gradings at once: after the background commands,
+              pytest.mark.lane]                                 # or beside them in the second lane (conftest.py)
 FULL_BASE = rubric.TOTAL
 
 

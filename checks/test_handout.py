@@ -527,6 +527,7 @@ OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Tempor
            "ProxyError", "Could not fetch URL")
 
 
+@pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("minor", SUPPORTED, ids="{0[0]}.{0[1]}".format)
 def test_the_handout_works_on_each_supported_python(tmp_path, minor):

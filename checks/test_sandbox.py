@@ -26,6 +26,7 @@ from grader.sandbox import LIMITS, Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
+pytestmark = pytest.mark.lane       # a process of its own beside the selftest (conftest.py); the quiet one stays
 ROOT_ONLY = [pytest.mark.needs_root,
              pytest.mark.skipif(not IS_ROOT, reason="needs root: namespaces and a separate uid (CI runs as root)")]
 MODES = [pytest.param(True, id="isolated", marks=ROOT_ONLY), pytest.param(False, id="plain")]

@@ -35,6 +35,7 @@ def staff_venv():
     return STAFF_VENV           # a venv marked ready without copydetect: the run below fails, saying so
 
 
+@pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 def test_only_copies_are_similar_and_following_the_starter_is_not(tmp_path, staff_venv):
     folder = classfolder.write(tmp_path / "class")
     report = tmp_path / "similarity.html"
