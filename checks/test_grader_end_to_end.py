@@ -24,13 +24,13 @@ REFERENCE = REPO / "solution" / "paged_kv.py"
 pytestmark = pytest.mark.slow
 
 
-def grade(submission, tmp_path, *extra, name="results.json", kill=None):
+def grade(submission, tmp_path, *extra, name="results.json", kill=None, env=None):
     """(the finished process, results.json or None); kill: a outside.Killer pick for the grader's workers,
-    and then its Killer is returned third."""
+    and then its Killer is returned third; env: the grader's environment (default: this one's)."""
     out = tmp_path / name
     argv = [sys.executable, "-m", "grader", str(submission), "--results", str(out), *extra]
     if kill is None:
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
         return proc, (json.loads(out.read_text()) if out.exists() else None)
     running = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with Killer(kill, ancestor=running.pid) as killer:
@@ -83,8 +83,12 @@ def test_students_read_their_grade_first_and_staff_get_the_sandbox_details(refer
 
 
 def test_grading_is_deterministic(reference_results, tmp_path):
+    """The same results a second time, though the shell that runs it now holds pytest options that
+    would deselect, stop and time out the hidden suites, and a plugin that does not exist."""
     _, first = reference_results
-    _, again = grade(REFERENCE, tmp_path)
+    env = {**os.environ, "PYTEST_ADDOPTS": "-x -k allocator --timeout=0.000001", "PYTEST_PLUGINS": "no_such_plugin"}
+    proc, again = grade(REFERENCE, tmp_path, env=env)
+    assert proc.returncode == 0 and again is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
     first, again = dict(first), dict(again)
     first.pop("execution_time"), again.pop("execution_time")
     assert first == again

@@ -102,6 +102,8 @@ def _grade_file(found, results_path, seed, job, isolate, quiet, start, level):
             "--isolate", {None: "auto", True: "yes", False: "no"}[isolate], *(f"--hide={h}" for h in hide),
             *(f"--leave-out={part}" for part in left_out)]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):       # a staff shell's options never change a grading
+        os.environ.pop(name, None)
     import pytest
     with contextlib.redirect_stdout(io.StringIO()) as pytest_output:   # the table below says it better
         code = pytest.main(args, plugins=[collector])
