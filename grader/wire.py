@@ -79,7 +79,7 @@ def _encode_value(x, arrays, depth):
         return {"$nd": len(arrays) - 1}
     if t is list or t is tuple:
         if _plain_ints(x):          # most of a grading's values: a pool's refcounts, after every action
-            return list(x)
+            return x                # json.dumps writes a tuple as a list
         return [_encode_value(v, arrays, depth + 1) for v in x]
     if t is dict:
         out = {}
@@ -243,8 +243,6 @@ def _decode_value(x, arrays, depth, max_depth):
     if t is list:
         if _plain_ints(x):          # a fresh list json.loads made: ours to return
             return x
-        if x and set(map(type, x)) == _INT_ONLY:
-            raise WireError("int outside the int64 range")
         return [_decode_value(v, arrays, depth + 1, max_depth) for v in x]
     if t is not dict:
         raise WireError("unexpected JSON value")

@@ -39,20 +39,26 @@ NOT_ATTEMPTED = {part: {labtool.not_attempted(state, part) for state in labtool.
                  for part in labtool.BONUS_PARTS}      # the only skips a correct implementation may have
 
 
-_PYCACHE = []
+_PYCACHES = {}
+
+
+def pycache_env(name):
+    """This environment with the modules compiled into a folder of the selftest's own for `name`
+    (PYTHONPYCACHEPREFIX: made once, root's alone, gone at exit), never next to the sources the
+    hostile submissions' gradings watch: the runs that share a name share it, and no other's."""
+    if name not in _PYCACHES:
+        _PYCACHES[name] = tempfile.mkdtemp(prefix=f"cs349e-{name}-pycache-")
+        atexit.register(shutil.rmtree, _PYCACHES[name], True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHES[name]}
 
 
 def own_corpus_env():
     """The environment of the runs of our own corpus (warm.py's server, its public tests, its warm
-    gradings: run.py): their modules compiled once per selftest into a folder of its own
-    (PYTHONPYCACHEPREFIX), not once per run, and never next to the sources the hostile submissions'
-    gradings watch; one BLAS thread (the products are small, the cores shared). Never a hostile
-    submission's grading: its trusted process reads no pyc a run could have written."""
-    if not _PYCACHE:
-        _PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-public-pycache-"))
-        atexit.register(shutil.rmtree, _PYCACHE[0], True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], "OPENBLAS_NUM_THREADS": "1"}
+    gradings: run.py): their modules compiled once per selftest (pycache_env), not once per run;
+    one BLAS thread (the products are small, the cores shared). Never a hostile submission's
+    grading: its trusted process reads no pyc a run could have written."""
+    return {**pycache_env("public"), "OPENBLAS_NUM_THREADS": "1"}
 
 
 def _launch(args, cwd, log, env, timeout):

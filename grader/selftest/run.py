@@ -40,7 +40,6 @@ as root (the grader isolates only then); --allow-unisolated runs them anyway (th
 and what they leave behind is found and removed, but they may write into this checkout meanwhile).
 """
 import argparse
-import atexit
 import concurrent.futures
 import hashlib
 import json
@@ -200,27 +199,14 @@ def _warm_pytest(args, cwd, log, env, timeout):
     return WARM[0].run("pytest", args, cwd, log, env, timeout)
 
 
-_COLD_PYCACHE = []
-
-
-def cold_env():
-    """The environment of the gradings by the command line (the hostile corpus, the twins): their
-    trusted processes compile the grader once into a folder of their own (PYTHONPYCACHEPREFIX, made
-    here, root's alone; the sandbox hides it as it hides the checkout) and read no pyc that anything
-    else wrote, neither the honest corpus's runs (cascade.own_corpus_env) nor make check's."""
-    if not _COLD_PYCACHE:
-        _COLD_PYCACHE.append(tempfile.mkdtemp(prefix="cs349e-cold-pycache-"))
-        atexit.register(shutil.rmtree, _COLD_PYCACHE[0], True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPYCACHEPREFIX": _COLD_PYCACHE[0]}
-
-
 def _launch(argv, log):
     """`python -m grader ARGV` by its command line: its exit code, its output in `log`; raises
-    subprocess.TimeoutExpired (its session killed) after GRADING_TIMEOUT."""
+    subprocess.TimeoutExpired (its session killed) after GRADING_TIMEOUT. These gradings (the hostile
+    corpus, the twins) compile the grader once into a pycache folder of their own (the sandbox hides
+    it as it hides the checkout) and read no pyc the honest corpus's runs or make check wrote."""
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "grader", *argv], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env=cold_env())
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=cascade.pycache_env("cold"))
         try:
             return proc.wait(GRADING_TIMEOUT)
         except subprocess.TimeoutExpired:
