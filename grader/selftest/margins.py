@@ -20,9 +20,10 @@ import types
 
 import numpy as np
 
-from grader.selftest import inprocess
+from grader.selftest import inprocess, mutants
 
-import rules  # noqa: E402    tests/rules.py (inprocess put tests/ on sys.path)
+import registry  # noqa: E402    tests/registry.py (inprocess put tests/ on sys.path)
+import rules  # noqa: E402
 import scenarios  # noqa: E402
 import transformer_lab as tl  # noqa: E402
 from explain import first_difference  # noqa: E402
@@ -58,10 +59,14 @@ def formulation(name):
     return types.SimpleNamespace(blockwise_attention=FORMULATIONS[name])
 
 
-def writes_bonus(path):
-    """A variant written before the bonus existed is not judged on it."""
+def judged_on(path, check_id):
+    """Whether an implementation is judged on a check: not on a bonus part's, when it was written
+    before that part existed (mutants.writes_part)."""
+    part = registry.CHECKS[check_id].part
+    if not registry.BY_ID[part].bonus:
+        return True
     with open(path, encoding="utf-8") as f:
-        return "class PrefixCache" in f.read()
+        return mutants.writes_part(f.read(), part)
 
 
 def implementations(only=None):
@@ -161,7 +166,7 @@ def main(argv=None):
         else:
             pk = ref if name == "reference" else inprocess.load(path, f"margins_{name}")
             report, failed = measure(pk, ref, range(args.seeds), checks, bound)
-            failed = [f for f in failed if not f[0].startswith("prefix_cache.") or writes_bonus(path)]
+            failed = [f for f in failed if judged_on(path, f[0])]
         for c, worst in report.items():
             for tol, err in sorted(worst.items(), key=str):
                 limit = compare.ATTENTION_TOL if tol == CONTRACT else tol

@@ -57,6 +57,12 @@ def reference_text():
         return f.read()
 
 
+def writes_part(text, part):
+    """Whether a paged_kv.py text of our own corpus defines one of the part's top-level names (a
+    variant written before a bonus part existed does not, and is not judged on it)."""
+    return any(f"class {n}" in text or f"def {n}(" in text for n in registry.top_names(part))
+
+
 def apply(mutant, text=None):
     """The mutant's source: the reference with every edit applied; each `find` must occur once."""
     original = reference_text() if text is None else text

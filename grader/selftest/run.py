@@ -668,9 +668,7 @@ def read_back(hostile, notes):
 def variant_full(s):
     """A correct variant's score: TOTAL, plus the points of each bonus part it writes (a variant
     written before the bonus existed is graded as then: 100)."""
-    def writes(part):
-        return any(f"class {n}" in s.text or f"def {n}(" in s.text for n in rubric.registry.top_names(part))
-    return rubric.TOTAL + sum(rubric.part_points(p) for p in rubric.BONUS_PARTS if writes(p))
+    return rubric.TOTAL + sum(rubric.part_points(p) for p in rubric.BONUS_PARTS if mutants_mod.writes_part(s.text, p))
 
 
 def by_family(hs, contained):
