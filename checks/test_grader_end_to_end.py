@@ -32,7 +32,7 @@ def grade(submission, tmp_path, *extra, name="results.json", kill=None, env=None
     if kill is None:
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
         return proc, (json.loads(out.read_text()) if out.exists() else None)
-    running = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     with Killer(kill, ancestor=running.pid) as killer:
         stdout, stderr = running.communicate(timeout=600)
     proc = subprocess.CompletedProcess(argv, running.returncode, stdout, stderr)
