@@ -51,9 +51,21 @@ def test_scalars_and_structure_are_exact(expected, got):
 def test_errors_compare_by_kind_not_message():
     err = {"kind": "ValueError", "message": "bad id"}
     assert first_mismatch(err, {"kind": "ValueError", "message": "something else"}) is None
-    assert "expected ValueError, got an error (MemoryError)" in first_mismatch(err, {"kind": "MemoryError", "message": ""})[1]
-    assert "got no error" in first_mismatch(err, None)[1]
-    assert "expected no error" in first_mismatch({"error": None}, {"error": err})[1]
+    assert first_mismatch(err, {"kind": "MemoryError", "message": ""})[1] == "expected ValueError, got MemoryError"
+    assert first_mismatch(err, {"kind": "MemoryError", "message": "pool full\nmore"})[1] == \
+        "expected ValueError, got MemoryError: pool full"          # the first line of what raised
+    assert first_mismatch(err, None)[1] == "expected ValueError, got no error"
+    assert first_mismatch({"error": None}, {"error": err})[1] == "expected no error, got ValueError: bad id"
+
+
+def test_what_raised_comes_first():
+    """A record whose call raised is said by its error, not by the result it could not return."""
+    expected = {"result": [1, 2], "error": None}
+    assert first_mismatch(expected, {"result": None, "error": {"kind": "IndexError", "message": "out of range"}}) == \
+        ("answer.error", "expected no error, got IndexError: out of range")
+    expected = {"out": np.zeros((2, 3)), "error": {"kind": "ValueError", "message": "x"}}
+    assert first_mismatch(expected, {"out": np.zeros((2, 3)), "error": None}) == \
+        ("answer.error", "expected ValueError, got no error")
 
 
 def test_strings_from_the_submission_are_never_echoed():

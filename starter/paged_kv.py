@@ -107,8 +107,9 @@ class PagedSequence:
 
         Copy-on-write lives here but is graded in Part 4 ("Part 4: sharing and copy-on-write"):
         it is due when length % B != 0 and refcount(blocks[-1]) > 1; then blocks[-1] is replaced
-        by pool.copy_block(blocks[-1]) and the old block is decref'd. Until you write fork,
-        nothing is shared and it is never due.
+        by pool.copy_block(blocks[-1]) and the old block is decref'd. Counting that copy is Part
+        2's: a test can share a block before you write fork (pool.incref), and a write into it
+        then needs a block for the copy.
         """
         raise NotImplementedError("TODO Part 2: PagedSequence.reserve")
 

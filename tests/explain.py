@@ -73,7 +73,7 @@ def their(value, field="number", public=None, choices=None):
         if isinstance(value, str) and field == "word":
             return repr(value)
         return format(value, public) if public and isinstance(value, (int, float)) else str(value)
-    return _mark(VALUE, _renderings(field, ranges, choices), _checked(value, field, ranges))
+    return _mark(VALUE, _renderings(field, ranges, choices), _checked(value, field, ranges, choices))
 
 
 def _mark(kind, renderings, text, group=""):
@@ -120,6 +120,8 @@ def their_tables(tables):
 
 FLOATS = 2 * 9000 * 22 + 6      # texts of a float: 4 significant digits, exponents -12..9, sign; 0; 5 names
 SHAPES = 1 << 72                # texts of a shape: up to 6 dimensions below 4096
+MESSAGE_CHARS = 36              # of an exception's message, hidden feedback shows the first line's first 36
+PRINTABLE = 95                  # characters, printable ASCII (any other shown as "?"); a longer line ends in "..."
 
 
 def _renderings(field, ranges, choices):
@@ -130,13 +132,16 @@ def _renderings(field, ranges, choices):
     if field in ints:
         return ints[field] + 1 + common          # + "not an integer" for a float
     return common + {"float": FLOATS, "share": 1002, "name": 10 ** 6 + 2 + ranges.n_blocks + 1,
-                     "index": (choices or SHAPES) + 1, "shape": SHAPES + 1}.get(field, 0)
+                     "index": (choices or SHAPES) + 1, "shape": SHAPES + 1,
+                     "message": 2 * PRINTABLE ** MESSAGE_CHARS}.get(field, 0)
 
 
-def _checked(value, field, ranges):
+def _checked(value, field, ranges, choices=None):
     """The text a value of the submission may be shown as in its field (see _renderings)."""
     if isinstance(value, (bool, np.bool_)) or value is None:
         return str(bool(value)) if value is not None else "None"
+    if field == "message":
+        return _message(value)
     if isinstance(value, str):
         named = re.fullmatch(r"id (-?\d{1,30})", value)     # the judges' name of an id outside an order or table
         if named and field in ("id", "name"):
@@ -157,10 +162,39 @@ def _checked(value, field, ranges):
         if field == "share":
             return f"{value:.1%}" if 0 <= value <= 1 else "a share outside [0, 1]"
         return _float(float(value))
+    if field == "index" and type(value) is int and 0 <= value <= (choices or 0):
+        return str(value)           # how many entries of an array differ (of `choices`)
     if field in ("index", "shape") and isinstance(value, (list, tuple)) and len(value) <= 6 \
             and all(type(i) is int and 0 <= i < 4096 for i in value):
         return str(value)           # where an array first differs, or an array's shape: a few small numbers
     return "another value"
+
+
+def _message(value):
+    """An exception's message as hidden feedback may show it: its first line's first MESSAGE_CHARS
+    characters, printable ASCII only (others "?"), "..." when cut; "" for anything but a string."""
+    if not isinstance(value, str):
+        return ""
+    line = value.strip().split("\n")[0].strip()
+    shown = "".join(c if " " <= c <= "~" else "?" for c in line[:MESSAGE_CHARS])
+    return shown + ("..." if len(line) > MESSAGE_CHARS else "")
+
+
+def raised(error):
+    """What a call raised, as feedback says it: the error's kind, then the first line of its message
+    (the submission's words: in hidden feedback bounded and counted like any of its values)."""
+    if not isinstance(error, dict) or error.get("kind") not in SAFE_WORDS:
+        return "an error"
+    kind = their(error.get("kind"), "kind")
+    message = error.get("message")
+    if not (isinstance(message, str) and message.strip()):
+        return kind
+    return f"{kind}: {their(message, 'message') if _hidden() else message.strip().splitlines()[0]}"
+
+
+def outcome(error):
+    """An error as scenarios.attempt records it, or None, as feedback says it: "no error", or raised()."""
+    return "no error" if error is None else raised(error)
 
 
 def _float(x):
@@ -251,7 +285,7 @@ def first_difference(expected, got, tol, twin=False):
     return (f"first difference at index {their(list(idx), 'index', choices=err.size)}: "
             f"expected {want(float(expected[idx]), '.10g')}, "
             f"got {their(float(got[idx]), 'float', '.10g')} (max |difference| {their(float(err.max()), 'float', '.3g')}"
-            f" > {tol:g}; {their(len(bad))} of {err.size} entries differ)")
+            f" > {tol:g}; {their(len(bad), 'index', choices=err.size)} of {err.size} entries differ)")
 
 
 _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are its arguments
@@ -262,6 +296,7 @@ _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are it
     "poke": "the test overwrites position {1} of seq {0} in pool storage",
     "fill": "the test fills every block's storage with random K/V (a used pool)",
     "release": "pool.decref of the test's block #{0}",
+    "adopt": "the test gives seq {0} the K/V of {1} positions in blocks it takes, its table in the order {3}",
     "take_rest": "the test takes every block pool.alloc still hands out (until MemoryError)",
     "fork": "seq {0}.fork()", "free": "seq {0}.free()", "reserve": "seq {0}.reserve({1})",
     "write": "seq {0}.write(layer {1}, start {2}, {3} positions)", "read": "seq {0}.read(layer {1}, length {2})",

@@ -25,7 +25,7 @@ import re
 import numpy as np
 
 import scenarios as sc
-from explain import describe_action, draw_tables, first_difference, their, their_group, their_list, their_tables
+from explain import describe_action, draw_tables, first_difference, outcome, their, their_group, their_list, their_tables
 
 TOL_LOGITS = 1e-10
 STATE = ("tables", "lengths", "refcounts", "n_used", "n_free", "peak_used", "n_copies")
@@ -68,7 +68,8 @@ def pool_view(records, n_blocks):
         block = book.resolve(op[1]) if len(op) > 1 else None
         if (None if block is None else sc.as_int(block)) != rec["block"]:
             raise ValueError(f"call {i + 1} was not given the block its script names")
-        row = {"error": error_kind(rec["error"]), "result": _pool_result(op[0], rec, book, limit)}
+        row = {"error": error_kind(rec["error"]), "result": _pool_result(op[0], rec, book, limit),
+               "raised": rec["error"]}       # (not compared: what pool_difference quotes of a call that raised)
         if rec["error"] is not None and i > 0:
             row["changed"] = [k for k in ("refcounts", *POOL_COUNTERS) if records[i - 1][k] != rec[k]]
         book.note(op[0], rec["block"], rec["result"], rec["error"])
@@ -113,7 +114,7 @@ def pool_difference(expected, got):
         if e == g:
             continue
         if field == "error":
-            return f"expected {e or 'no error'}, got {their(g, 'kind') if g else 'no error'}"
+            return f"expected {e or 'no error'}, got {outcome(got.get('raised')) if g else 'no error'}"
         if field == "result":
             return f"the result: expected {_said(e)}, got {_their_said(g)}"
         if field == "changed":
@@ -182,25 +183,31 @@ def canonical(table, order):
     return [where[b] if isinstance(b, int) and b in where else f"id {b}" for b in table]
 
 
-def part2_view(result, order=None, moved=None):
+def part2_view(result, order=None, moved=None, copied=None):
     """The Part 2 observables of a step_script result, one record per action: the result (logits,
     reads), the error's kind, the lengths, the tables by allocation order, the K/V read through the
-    tables, and for an action that raised, whether it changed anything at all. From the first "share"
-    or "mirror" on (blocks are shared, so the next write into a partly filled one copies it) only
-    errors and all-or-nothing are Part 2's: the copy is Part 4's. From record `moved` on (first_move
-    of the submission's records: a block nobody shared was copied, Part 4's rule broken, which moves
-    the allocation order of every later block) the tables are named by lifetime (lifetime_tables):
-    how many distinct blocks each sequence holds, which stay, which are new."""
+    tables, and for an action that raised, whether it changed anything at all.
+
+    From the first "share" or "mirror" on (blocks are shared: whether a write copies one is Part 4's
+    rule) the tables are not compared; results, lengths and K/V are, until record `copied` (the first
+    where the reference's step copied a block: rules.first_copy of its records), from which only
+    errors and all-or-nothing are Part 2's: what a copy does is Parts 1 and 4's. From record `moved`
+    on (the first where the test gave back a block of its own after the setup, so the allocation
+    order no longer names the next blocks: rules.lifetime_from; or first_move of the submission's
+    records: a block nobody shared was copied, Part 4's rule broken, which moves the allocation order
+    of every later block) the tables are named by lifetime (lifetime_tables): how many distinct blocks
+    each sequence holds, which stay, which are new."""
     order = result["order"] if order is None else order
     view, before, shared = [], None, False
     lifetimes = lifetime_tables(result["records"]) if moved is not None else None
     for n, rec in enumerate(result["records"]):
         shared = shared or rec["op"][0] in ("share", "mirror")
         row = {"error": error_kind(rec["error"])}
-        if not shared:          # a block the test shares: its copy (Part 4) decides tables, K/V and logits
-            row.update(result=None if rec["op"][0] == "alloc" else rec["result"], lengths=rec["lengths"],
-                       tables=lifetimes[n] if moved is not None and n >= moved else
-                       [canonical(t, order) for t in rec["tables"]])
+        if copied is None or n < copied:        # from the reference's first copy on: Parts 1 and 4 decide the rest
+            row.update(result=None if rec["op"][0] == "alloc" else rec["result"], lengths=rec["lengths"])
+            if not shared:
+                row["tables"] = lifetimes[n] if moved is not None and n >= moved else \
+                    [canonical(t, order) for t in rec["tables"]]
             if "kv" in rec:
                 row["kv"] = rec["kv"]
         before = rec.get("before", before)
@@ -209,6 +216,29 @@ def part2_view(result, order=None, moved=None):
         view.append(row)
         before = rec
     return view
+
+
+SETUP_ACTIONS = ("alloc", "release", "fill")       # scenarios.step_script's setup: before any sequence exists
+
+
+def lifetime_from(records, moved=None):
+    """Where a step_script's tables stop being named by allocation order: the first "release" after the
+    setup (the test gave back a block of its own while sequences hold theirs: which block the pool
+    hands out next is the allocator's business, Part 1's), or `moved` (first_move), whichever comes
+    first; None when neither happens."""
+    setup = next((n for n, rec in enumerate(records) if rec["op"][0] not in SETUP_ACTIONS), len(records))
+    released = next((n for n, rec in enumerate(records) if n > setup and rec["op"][0] == "release"), None)
+    found = [n for n in (moved, released) if n is not None]
+    return min(found) if found else None
+
+
+def first_copy(records):
+    """The index of the first record of a step_script (the reference's) where n_copies grew: a step or
+    reserve copied a shared block; None when nothing was copied."""
+    for n in range(1, len(records)):
+        if records[n]["n_copies"] != records[n - 1]["n_copies"]:
+            return n
+    return None
 
 
 def first_move(records):

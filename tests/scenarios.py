@@ -48,13 +48,23 @@ def error_kind(e):
 
 
 def attempt(fn, *args, **kwargs):
-    """(result, error): the error as {"kind", "message"} instead of raised, except NotImplementedError."""
+    """(result, error): the error as {"kind", "message"} instead of raised, except NotImplementedError.
+    The message names the exception's own class first when it is not its kind (a ZeroDivisionError is
+    of the kind "Exception", a custom subclass of MemoryError of "MemoryError")."""
     try:
         return fn(*args, **kwargs), None
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001  (any bug of the implementation is data here)
-        return None, {"kind": error_kind(e), "message": str(e)[:300]}
+        return None, {"kind": error_kind(e), "message": error_message(e)}
+
+
+def error_message(e):
+    """The message feedback quotes for an exception: its class when that is not its kind, then str(e)."""
+    text = str(e)
+    if type(e).__name__ != error_kind(e):
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text[:300]
 
 
 class Unbuilt(Exception):
@@ -464,7 +474,9 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
 
     actions: ["new"], ["step", idx, chunks, as_numpy?], ["prefill", i, tokens] (seq i's step as a cached prefill
     runs it: block_steps; Part 5's twins), ["reserve", i, n], ["write", i, layer, start, n, seed],
-    ["read", i, layer, length], ["poke", i, pos, seed, n?] (the test overwrites positions pos..pos+n-1,
+    ["read", i, layer, length], ["adopt", i, n, seed, order] (the test gives empty seq i n positions of
+    random K/V in ceil(n / B) blocks it takes, its table in `order`: a permutation of those blocks),
+    ["poke", i, pos, seed, n?] (the test overwrites positions pos..pos+n-1,
     default n = 1, of seq i in storage: later logits must read them), ["alloc"] (the test takes a block; result: its handle),
     ["release", h] (the test gives back its block h; setup only), ["fill", seed] (random K/V in every
     block, as a used pool's storage holds; setup only), ["share", i] (the test takes one
@@ -525,6 +537,15 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         seqs[j].length = seqs[i].length if n is None else n * pool.block_size
         return j
 
+    def adopt(i, n, seed, order):
+        """The test gives empty seq i the K/V of n positions in blocks of its own (pool.alloc), its table
+        in `order` (a permutation of them: any order, as frees and copies leave tables), through the
+        contract's attributes (blocks, length), as a step would have left them."""
+        blocks = [pool.alloc() for _ in order]
+        seqs[i].blocks = [blocks[k] for k in order]
+        seqs[i].length = n
+        put_kv(pool, [as_int(b) for b in seqs[i].blocks], 0, n, seed)
+
     def poke(i, pos, seed, n=1):
         if not put_kv(pool, [as_int(b) for b in seqs[i].blocks], pos, n, seed):
             raise IndexError("the table has no block for this position")
@@ -549,7 +570,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
     calls = {"new": new, "step": step, "prefill": prefill, "reserve": lambda i, n: seqs[i].reserve(n), "write": write,
              "read": read,
              "take_rest": take_rest,
-             "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror,
+             "poke": poke, "share": lambda i: pool.incref(seqs[i].blocks[-1]), "mirror": mirror, "adopt": adopt,
              "grow": lambda i, n, seed: grow(pool, seqs[i], n, seed),
              "fit": fitted(0), "miss": fitted(1),
              "alloc": lambda: _pool_action(pool, held, "alloc", ()),

@@ -67,6 +67,21 @@ class SideBySide:
                 fail(f"after {self.last}: the test's own pool.alloc() raised MemoryError ({e}), "
                      f"with n_free = {sc.as_int(self.pool.n_free)}\n{self.draw('tables')}")
 
+    def give_back(self, h):
+        """The test gives back the h-th block it took (pool.decref), while the sequences hold theirs:
+        the next block a sequence gets may then lie before its others (a table out of order)."""
+        self.pool.decref(self.held[h])
+        self.last = f"the test's pool.decref of its block {h}"
+
+    def read_matches(self, seq):
+        """seq.read(layer, length) at every layer equals its twin's cache: the table in its order."""
+        twin = self.twins[self.index(seq)]
+        for layer in range(self.cfg.n_layers):
+            what, (k, v) = self.succeeds(seq.read, layer, twin.length)
+            for name, got, want in (("K", k, twin.k[layer, 0, :twin.length]), ("V", v, twin.v[layer, 0, :twin.length])):
+                support.close(f"{what}[{'01'[name == 'V']}] ({name}, index [position, head, d]) vs the contiguous "
+                              f"cache, through the table {list(seq.blocks)}", want, sc.as_array(got), 0.0, SECTION)
+
     def leave_free(self, n):
         """The test takes blocks until exactly n are free (by your pool.n_free)."""
         self.take(sc.as_int(self.pool.n_free) - n)

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 import scenarios
-from explain import SAFE_WORDS, Ranges, first_difference, ours, their, their_list
+from explain import SAFE_WORDS, Ranges, first_difference, ours, raised, their, their_list
 
 LOGITS_TOL = 1e-10      # the contract: paged logits equal the contiguous forward to 1e-10
 ATTENTION_TOL = 1e-12   # the contract: blockwise attention equals attention_core to 1e-12
@@ -41,13 +41,13 @@ def first_mismatch(expected, got, tol=LOGITS_TOL, path="answer", twin=False):
         if not _is_error(got):
             return path, f"expected {want(expected['kind'], field='kind')}, got no error"
         return None if got["kind"] == expected["kind"] else \
-            (path, f"expected {want(expected['kind'], field='kind')}, got {_show(got)}")
+            (path, f"expected {want(expected['kind'], field='kind')}, got {raised(got)}")
     if isinstance(expected, dict):
         if not isinstance(got, dict):
             return path, f"expected a record, got {_name(got)}"
         if set(got) != set(expected):
             return path, "the answer has the wrong fields (was the scenario code changed?)"
-        for key in expected:
+        for key in sorted(expected, key=lambda k: k != "error"):    # what raised first: it explains the rest
             found = first_mismatch(expected[key], got[key], tol, f"{path}.{key}", twin)
             if found:
                 return found
@@ -70,7 +70,9 @@ def first_mismatch(expected, got, tol=LOGITS_TOL, path="answer", twin=False):
     if expected is None:
         if got is None:
             return None
-        return path, f"expected no error, got {_show(got)}" if path.endswith("error") else f"expected None, got {_show(got)}"
+        if path.endswith("error"):
+            return path, f"expected no error, got {raised(got) if _is_error(got) else _show(got)}"
+        return path, f"expected None, got {_show(got)}"
     if isinstance(expected, bool) or isinstance(got, bool):
         return None if type(got) is type(expected) and got == expected else \
             (path, f"expected {want(expected)}, got {_show(got)}")

@@ -48,21 +48,26 @@ def prefill_all(rng, lengths, cfg=None):
     return [["new"] for _ in lengths] + [["step", list(range(len(lengths))), [tokens(rng, n, cfg) for n in lengths]]]
 
 
-def decodes(rng, n_seqs, steps, cfg=None):
-    """Decode steps over random subsets of the sequences, in random order."""
+def decodes(rng, n_seqs, steps, cfg=None, fixed=False):
+    """Decode steps over random subsets of the sequences, in random order; fixed=True: the same shape
+    for every seed (step t: every sequence but the t-th, rotated by t), only the tokens drawn."""
     actions = []
-    for _ in range(steps):
-        idx = rng.permutation(n_seqs)[: int(rng.integers(1, n_seqs + 1))].tolist()
+    for t in range(steps):
+        if fixed:
+            idx = [(t + k) % n_seqs for k in range(n_seqs)]
+            idx = [i for i in idx if i != t % n_seqs or n_seqs == 1] if t % 3 == 2 else idx
+        else:
+            idx = rng.permutation(n_seqs)[: int(rng.integers(1, n_seqs + 1))].tolist()
         actions.append(["step", idx, [tokens(rng, 1, cfg) for _ in idx]])
     return actions
 
 
-def interleaved(rng, n_seqs, steps, cfg=None, take=0.3):
-    """Decode steps with the test taking a block now and then, so tables become non-monotone and
-    scattered without anything ever being freed."""
+def interleaved(rng, n_seqs, steps, cfg=None, take=0.3, fixed=False):
+    """Decode steps with the test taking a block now and then (fixed=True: before every third step), so
+    tables become non-monotone and scattered without anything ever being freed."""
     actions = []
-    for step in decodes(rng, n_seqs, steps, cfg):
-        if rng.random() < take:
+    for t, step in enumerate(decodes(rng, n_seqs, steps, cfg, fixed)):
+        if (t % 3 == 1) if fixed else rng.random() < take:
             actions.append(["alloc"])
         actions.append(step)
     return actions

@@ -14,8 +14,8 @@ worker of its own (`ctx.second`).
 """
 import functools
 
-from explain import describe_action, describe_prefix_actions, draw_tables, ours, their, their_list
-from rules import (append_violation, copy_note, first_move, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from explain import describe_action, describe_prefix_actions, draw_tables, ours, outcome, their, their_list
+from rules import (append_violation, copy_note, first_copy, first_move, lifetime_from, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -121,41 +121,45 @@ NEEDS_COPY = "it needs a pool.copy_block (Part 1) that runs: fix Part 1 first"
 
 def part2_judge(fields):
     """A judge for step_script cases comparing `fields` of rules.part2_view. Block ids are named by the
-    submission's own allocation order (tables up to renaming), so which id the allocator picks, Part
-    1's business, never matters here. From a "share" on, only errors and all-or-nothing count: Part 2
-    owns the step's block count (new blocks plus min(w, r - 1) copies), which decides MemoryError on an
-    exact fit or one block short before anything changes; the copy itself is Parts 1 and 4's. Nothing
-    is left out: a step that raised because pool.copy_block raised (the observation is impossible) is
-    failed with Part 1 named, never passed."""
+    submission's own allocation order (tables up to renaming), or, from a block the test gave back
+    after the setup on, by lifetime (rules.lifetime_from), so which id the allocator picks, Part 1's
+    business, never matters here. After a "share" or "mirror" the tables are Part 4's (whether a write
+    copies); from the reference's first copy on only errors and all-or-nothing count: Part 2 owns the
+    step's block count (new blocks plus min(w, r - 1) copies), which decides MemoryError on an exact
+    fit or one block short before anything changes. Nothing is left out: a step that raised where the
+    reference's did not is failed, also when another part made it run out (a copy the contract does
+    not make, a copy_block that raises), and the message then names that part to fix first."""
     def judge(case, expected, got, ctx=None):
         if not isinstance(got, dict) or not isinstance(got.get("order"), list) \
                 or not all(type(b) is int for b in got["order"]) \
                 or not _records_ok(got.get("records"), len(expected["records"]), {"op", "error", "lengths", "tables"}):
             return _wrong_form()
         try:
-            moved = first_move(got["records"])      # the submission's: then both sides name blocks by lifetime
-            e_view, g_view = part2_view(expected, moved=moved), part2_view(got, moved=moved)
+            moved = lifetime_from(expected["records"], first_move(got["records"]))  # both sides alike from there
+            copied = first_copy(expected["records"])
+            e_view, g_view = part2_view(expected, moved=moved, copied=copied), part2_view(got, moved=moved, copied=copied)
         except (KeyError, TypeError, ValueError, AttributeError):
             return _wrong_form()
         block_size = case.inputs["block_size"]
         for n, (e, g, rec) in enumerate(zip(e_view, g_view, expected["records"]), 1):
             keep = [f for f in fields if f in e]
             found = first_mismatch({f: e[f] for f in keep}, {f: g.get(f) for f in keep}, path="")
-            if found and _ran_out_copying(rec, e, g):
-                continue
             if found:
-                message = _part2_message(n, len(e_view), rec, found, got["records"][n - 1], block_size)
-                raised_sharing = "tables" not in e and got["records"][n - 1]["error"] is not None
+                raw = got["records"][n - 1]
+                if found[0] == ".error":        # what raised, in its own words (bounded like any value)
+                    found = (".error", f"expected {e['error'] or 'no error'}, got {outcome(raw['error'])}")
+                message = _part2_message(n, len(e_view), rec, found, raw, block_size)
+                raised_sharing = "tables" not in e and raw["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
-                needed = needed or _pool_needed(rec, got["records"][n - 1], got.get("capacity_probe"),
-                                                got.get("refcount_probe")) or _cow_needed(rec, got["records"][n - 1],
-                                                                                          got.get("cow_probe"))
+                needed = needed or _pool_needed(rec, raw, got.get("capacity_probe"), got.get("refcount_probe")) \
+                    or _cow_needed(rec, raw, got.get("cow_probe"))
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
 
 
 _TEST_CALLS = {"alloc": "pool.alloc", "release": "pool.decref", "share": "pool.incref", "mirror": "pool.incref",
+               "adopt": "pool.alloc",
                "take_rest": "pool.alloc"}
 
 
@@ -187,15 +191,6 @@ def _cow_needed(rec, raw, probe):
                 "nobody shares (copy-on-write copies only a shared one), which takes a block more than the contract "
                 "counts: fix Part 4 first")
     return ""
-
-
-def _ran_out_copying(rec, e, g):
-    """An exact fit on shared blocks that Part 2's count admitted (the step started: the state changed)
-    and that then ran out of blocks: more copies were made than the contract's min(w, r - 1), which the
-    copy (Parts 1 and 4) decides, not Part 2's count. Part 2 owns only that the count does not refuse
-    the step up front (a MemoryError with nothing changed), and that is what was observed."""
-    return (rec["op"][0] == "fit" and "tables" not in e and e["error"] is None and g["error"] == "MemoryError"
-            and g.get("unchanged") is False)
 
 
 def _copy_needed(probe):
@@ -276,7 +271,8 @@ def _sharing_message(case, expected, got, second):
     twinned = case.second is not None
     for i, (e, g) in enumerate(zip(expected["records"], records), 1):
         if (g["error"] is None) != (e["error"] is None) and not (twinned and g["op"][0] == "step"):
-            return f"  after action {i} of {n}, {describe_action(e['op'])}: expected no error, got {_kind(g['error'])}"
+            return (f"  after action {i} of {n}, {describe_action(e['op'])}: expected {e['error']['kind'] if e['error'] else 'no error'}, "
+                    f"got {outcome(g['error'])}")
     try:
         broken = sharing_violation(records, B)
     except (KeyError, TypeError, ValueError, IndexError):
@@ -291,7 +287,7 @@ def _sharing_message(case, expected, got, second):
     for i, (e, g, t) in enumerate(zip(expected["records"], records, twin), 1):
         if t["error"] is not None and e["error"] is None:
             return (f"  after action {i} of {n}, {describe_action(g['op'])}: without sharing (every fork a new sequence "
-                    f"that prefills its parent's tokens), your code raised {_kind(t['error'])}: this check needs a "
+                    f"that prefills its parent's tokens), your code raised {outcome(t['error'])}: this check needs a "
                     f"paged_step that runs (fix Part 2 first)")
         if _kind(g["error"]) != _kind(t["error"]):
             return (f"  after action {i} of {n}, {describe_action(g['op'])}: sharing changed the outcome: "
@@ -367,10 +363,10 @@ def _driver_failed(got):
     if got.get("error") is None:
         return None
     if got.get("raised_in") == "paged_step":
-        stopped = f"  the driver stopped: paged_step raised {_kind(got['error'])}"
+        stopped = f"  the driver stopped: paged_step raised {outcome(got['error'])}"
         copy = _copy_needed(got.get("copy_probe"))
         return f"{stopped}: {copy}" if copy else f"{stopped}: this check {NEEDS_PART2}"
-    return f"  the driver raised {_kind(got['error'])} (a fork or free failed)"
+    return f"  the driver raised {outcome(got['error'])} (a fork or free failed)"
 
 
 def sampling_judge(case, expected, got, ctx=None):
@@ -565,10 +561,13 @@ def prefix_judge(fields, twin=False):
                         "cache must hold exactly one reference on a block it caches (pool.incref once), none on others")
             for f in fields:
                 if f in e and e[f] != g.get(f):
+                    if f == "error":        # what raised, in its own words (bounded like any value)
+                        op = expected["records"][n]["op"]
+                        return (f"{where}\n    {_PART5_WHAT[f]}: expected {e[f] or 'no error'}, got "
+                                f"{outcome(got['records'][n]['error'])}"
+                                + (_alone_note(op, g, got["alone"][n]) or _part5_note(op, g)))
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
-                            f"{_show_named(g.get(f))}" + ((_alone_note(expected["records"][n]["op"], g, got["alone"][n])
-                                                           or _part5_note(expected["records"][n]["op"], g))
-                                                          if f == "error" else ""))
+                            f"{_show_named(g.get(f))}")
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))

@@ -1,75 +1,148 @@
 """Part 2, paged KV and the paged step, on hidden inputs. Scripts use paged_step, reserve, write and
 read on a pool the test shapes with blocks of its own, never fork or free (Part 4). Judged on what
 Part 2 owns (rules.part2_view): logits (1e-10), lengths, errors, all-or-nothing, and the block tables
-with every block named by its place in the allocation order, so any allocator gives the same view."""
+with every block named by its place in the allocation order (by lifetime once the test gives a block
+back mid-way), so any allocator gives the same view.
+
+Every check has core cases whose shape is the same for every student (block sizes, lengths, chunk
+sizes, table orders, which blocks the test takes and gives back); the seed draws only their tokens,
+the K/V the test stores and the model's weights. Then one case whose shape is drawn too. So whether a
+bug is caught does not depend on the student's seed (grader/selftest/coverage.py reports what the
+core cases reach)."""
 from grader.hidden.inputs import (ODD_BLOCK_SIZES, decodes, interleaved, pick, prefill_all, random_config, step_case,
                                   tokens)
 from grader.hidden.judges import PART2_FIELDS, part2_judge
 
+SMALL_CFG = {"vocab": 211, "d_model": 6, "n_layers": 3, "n_heads": 1, "d_head": 2, "d_ff": 8, "max_len": 100}
+WIDE_CFG = {"vocab": 197, "d_model": 24, "n_layers": 1, "n_heads": 4, "d_head": 7, "d_ff": 33, "max_len": 150}
 
-def taken(rng, most=4):
-    """The test takes a few blocks first, so the sequences' blocks do not start at the pool's first."""
-    return [["alloc"]] * int(rng.integers(1, most + 1))
+
+def seed(rng):
+    return int(rng.integers(1 << 30))
+
+
+def edged(rng, n, vocab=256):
+    """n tokens with the first and last ids of the vocabulary among them (where n allows)."""
+    out = tokens(rng, n, {"vocab": vocab})
+    for k, t in zip(rng.permutation(n)[:2].tolist(), (0, vocab - 1)):
+        out[k] = t
+    return out
+
+
+def taken(n):
+    """The test takes n blocks first, so the sequences' blocks do not start at the pool's first."""
+    return [["alloc"]] * n
+
+
+def prefill_case(rng, name, B, lengths, held=0, **kw):
+    actions = taken(held) + [["new"] for _ in lengths] + [["step", list(range(len(lengths))),
+                                                           [edged(rng, n) for n in lengths]]]
+    return step_case(name, actions, block_size=B, param_seed=seed(rng), **kw)
 
 
 def plan_prefill(rng):
-    cases = []
-    for B in (pick(rng, (3, 5, 7)), 16, pick(rng, (1, 2, 9, 13))):
-        lengths = [int(x) for x in rng.integers(1, 60, int(rng.integers(1, 4)))]
-        cases.append(step_case(f"block size {B}", taken(rng) + prefill_all(rng, lengths), block_size=B,
-                               param_seed=int(rng.integers(1 << 20))))
-    return cases
+    cases = [prefill_case(rng, "block size 1", 1, [5, 1], held=2),
+             prefill_case(rng, "block size 3: lengths 3, 7, 1", 3, [3, 7, 1]),
+             prefill_case(rng, "block size 4: lengths 4, 8, 11", 4, [4, 8, 11], held=1),
+             prefill_case(rng, "block size 16: lengths 5, 16, 17", 16, [5, 16, 17]),
+             prefill_case(rng, "block size 7: lengths 60, 6", 7, [60, 6], held=3, n_blocks=24)]
+    B = pick(rng, ODD_BLOCK_SIZES)
+    lengths = [int(x) for x in rng.integers(1, 60, int(rng.integers(1, 4)))]
+    return cases + [prefill_case(rng, f"block size {B}", B, lengths, held=int(rng.integers(0, 4)),
+                                 n_blocks=sum(-(-n // B) for n in lengths) + 8)]
+
+
+def chunked(rng, name, B, sizes):
+    prompt, actions, at = edged(rng, sum(sizes)), [["new"]], 0
+    for size in sizes:
+        actions.append(["step", [0], [prompt[at:at + size]]])
+        at += size
+    return step_case(name, actions, block_size=B, param_seed=seed(rng))
 
 
 def plan_chunked_prefill(rng):
-    cases = []
-    for B in (pick(rng, (3, 4, 6)), pick(rng, (8, 11, 16)), 1):
-        prompt = tokens(rng, int(rng.integers(20, 70)))
-        actions, at = [["new"]], 0
-        while at < len(prompt):
-            size = int(rng.integers(1, 14))
-            actions.append(["step", [0], [prompt[at:at + size]]])
-            at += size
-        cases.append(step_case(f"block size {B}", actions, block_size=B))
-    return cases
+    cases = [chunked(rng, "block size 1", 1, [3, 1, 2, 5]),
+             chunked(rng, "block size 4, chunks ending on block boundaries", 4, [4, 4, 3, 1, 8]),
+             chunked(rng, "block size 4, chunks across boundaries", 4, [3, 6, 5, 1, 2]),
+             chunked(rng, "block size 16, chunks inside one block", 16, [2, 5, 1, 7]),
+             chunked(rng, "block size 5, one token then 3 blocks at once", 5, [1, 15, 2])]
+    B, sizes = pick(rng, (2, 3, 6, 8, 11)), [int(x) for x in rng.integers(1, 14, int(rng.integers(2, 6)))]
+    return cases + [chunked(rng, f"block size {B}", B, sizes)]
+
+
+def decode_case(rng, name, B, lengths, n_blocks=256, fixed=True):
+    """Prefills, decodes over subsets in any order, a batch mixing decode and prefill, then the test
+    overwrites a stored position: the next logits must be computed from pool storage."""
+    actions = prefill_all(rng, lengths) + interleaved(rng, 3, 12, fixed=fixed)
+    actions += [["new"], ["step", [1, 3, 0], [tokens(rng, 1), tokens(rng, 17), tokens(rng, 5)]]]
+    actions += decodes(rng, 4, 3, fixed=fixed)
+    actions += [["poke", 1, lengths[1] - 1, seed(rng)], ["poke", 3, 0, seed(rng)]] + decodes(rng, 4, 3, fixed=fixed)
+    return step_case(name, actions, block_size=B, n_blocks=n_blocks)     # ample: logits, not room
+
+
+def adopted_case(rng, name, B, n, order, steps, cfg=None, **kw):
+    """The test gives seq 0 the K/V of n positions in blocks of its own, its table in `order`, and seq 1
+    a prefill; then decodes and a chunk that crosses blocks read through the tables (every layer)."""
+    vocab = (cfg or {}).get("vocab", 256)
+    actions = [["alloc"], ["new"], ["new"], ["adopt", 0, n, seed(rng), order],
+               ["step", [1], [tokens(rng, n + 1, cfg)]]]
+    actions += [["read", 0, layer, n] for layer in range(_layers(cfg))]
+    actions += decodes(rng, 2, steps, cfg, fixed=True) + [["step", [0, 1], [tokens(rng, B + 2, cfg), [vocab - 1]]]]
+    return step_case(name, actions, cfg=cfg, block_size=B, param_seed=seed(rng), **kw)
+
+
+def _layers(cfg):
+    return (cfg or {}).get("n_layers", 2)
 
 
 def plan_decode_batches(rng):
-    cases = []
-    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 16))):
-        lengths = [int(x) for x in rng.integers(1, 40, 3)]
-        actions = prefill_all(rng, lengths) + interleaved(rng, 3, 12)
-        actions += [["new"], ["step", [1, 3, 0], [tokens(rng, 1), tokens(rng, 17), tokens(rng, 5)]]]
-        actions += decodes(rng, 4, 3)
-        # the test overwrites a stored position: the next logits must be computed from pool storage
-        actions += [["poke", 1, int(rng.integers(0, lengths[1])), int(rng.integers(1 << 30))]] + decodes(rng, 4, 3)
-        cases.append(step_case(f"block size {B}", actions, block_size=B, n_blocks=256))     # ample: logits, not room
-    actions = prefill_all(rng, [int(rng.integers(1, 30)) for _ in range(2)], None) + decodes(rng, 2, 20)
-    cases.append(step_case("a long decode", actions, block_size=pick(rng, (3, 5)), n_blocks=48))
-    return cases
+    cases = [decode_case(rng, "block size 2", 2, [1, 9, 4]),
+             decode_case(rng, "block size 5", 5, [12, 5, 30]),
+             step_case("a long decode, block size 3", prefill_all(rng, [7, 1]) + decodes(rng, 2, 20, fixed=True),
+                       block_size=3, n_blocks=48),
+             adopted_case(rng, "a table in the order 2, 0, 1, block size 4", 4, 10, [2, 0, 1], 6),
+             adopted_case(rng, "a table in reverse, block size 1", 1, 5, [4, 3, 2, 1, 0], 3)]
+    B = pick(rng, (2, 3, 4, 5, 7, 16))
+    return cases + [decode_case(rng, f"block size {B}", B, [int(x) for x in rng.integers(1, 40, 3)], fixed=False)]
+
+
+def released_case(rng, name, B, lengths, n_blocks=64):
+    """A used pool (the test takes blocks and gives some back), prefills, decodes while the test takes
+    blocks now and then, then the test gives back blocks it took before the sequences' (so the next
+    ones the sequences get lie before theirs: tables out of order, whatever the allocator); reads of
+    every sequence at every layer; then reserve, write and read past the length, within capacity."""
+    held = 6 + 2 * B % 5
+    actions = taken(held) + [["release", h] for h in (1, held - 2)]
+    actions += prefill_all(rng, lengths) + interleaved(rng, 3, 6, fixed=True)
+    actions += [["release", h] for h in (0, 2, held - 1)] + decodes(rng, 3, 2 * B + 2, fixed=True)
+    actions += [["new"], ["step", [3], [tokens(rng, 2 * B + 1)]]]
+    actions += [["read", i, layer, -1] for i in (0, 1, 2, 3) for layer in (0, 1)]
+    grow = B + 1                                     # write and read past the length, within capacity
+    actions += [["reserve", 2, grow]] + [["write", 2, layer, -1, grow, seed(rng)] for layer in (0, 1)]
+    actions += [["read", 2, layer, -grow - 1] for layer in (0, 1)] + decodes(rng, 3, 2, fixed=True)
+    return step_case(name, _lengths_filled(actions, B), n_blocks=n_blocks, block_size=B, record_kv=True)
 
 
 def plan_tables(rng):
-    cases = []
-    for B in (pick(rng, (2, 3)), pick(rng, (4, 5, 7))):
-        n = 64
-        held = int(rng.integers(8, 20))                 # setup: blocks taken, some given back (a used pool)
-        actions = [["alloc"]] * held + [["release", h] for h in rng.permutation(held)[: held // 2].tolist()]
-        actions += prefill_all(rng, [int(x) for x in rng.integers(1, 12, 3)]) + interleaved(rng, 3, 8)
-        actions += [["new"], ["step", [3], [tokens(rng, int(rng.integers(6, 15)))]]] + interleaved(rng, 4, 6)
-        actions += [["read", i, layer, -1] for i in (0, 2, 3) for layer in (0, 1)]
-        grow = int(rng.integers(1, 2 * B + 1))          # write and read past the length, within capacity
-        actions += [["reserve", 2, grow]] + [["write", 2, layer, -1, grow, int(rng.integers(1 << 30))]
-                                             for layer in (0, 1)]
-        actions += [["read", 2, layer, -grow - 1] for layer in (0, 1)]
-        cases.append(step_case(f"fragmented pool, block size {B}", _lengths_filled(actions, B), n_blocks=n,
-                               block_size=B, record_kv=True))
-    return cases
+    cases = [released_case(rng, "blocks given back mid-way, block size 2", 2, [3, 1, 6]),
+             released_case(rng, "blocks given back mid-way, block size 5", 5, [9, 5, 12]),
+             adopted_case(rng, "a table in the order 1, 3, 0, 2, block size 3", 3, 11, [1, 3, 0, 2], 4,
+                          record_kv=True),
+             adopted_case(rng, "a table in reverse, block size 2", 2, 7, [3, 2, 1, 0], 3, record_kv=True)]
+    B = pick(rng, (2, 3, 4, 5, 7))
+    held = int(rng.integers(8, 20))                 # setup: blocks taken, some given back (a used pool)
+    actions = [["alloc"]] * held + [["release", h] for h in rng.permutation(held)[: held // 2].tolist()]
+    actions += prefill_all(rng, [int(x) for x in rng.integers(1, 12, 3)]) + interleaved(rng, 3, 8)
+    actions += [["new"], ["step", [3], [tokens(rng, int(rng.integers(6, 15)))]]] + interleaved(rng, 4, 6)
+    actions += [["read", i, layer, -1] for i in (0, 2, 3) for layer in (0, 1)]
+    return cases + [step_case(f"fragmented pool, block size {B}", _lengths_filled(actions, B), n_blocks=64,
+                              block_size=B, record_kv=True)]
 
 
 def _lengths_filled(actions, B):
     """Reads and writes at the sequence's length (-1), or past it by k (-k-1): the lengths are the
-    script's own (each step adds its chunk), so they are the same for every implementation."""
+    script's own (each step adds its chunk, an adopt sets it), so they are the same for every
+    implementation."""
     lengths, out = [], []
     for a in actions:
         if a[0] == "new":
@@ -77,6 +150,8 @@ def _lengths_filled(actions, B):
         elif a[0] == "step":
             for i, c in zip(a[1], a[2]):
                 lengths[i] += len(c)
+        elif a[0] == "adopt":
+            lengths[a[1]] = a[2]
         elif a[0] == "read" and a[3] < 0:
             a = ["read", a[1], a[2], lengths[a[1]] - a[3] - 1]
         elif a[0] == "write" and a[3] < 0:
@@ -85,47 +160,55 @@ def _lengths_filled(actions, B):
     return out
 
 
+def config_case(rng, name, cfg, B, lengths, n_blocks=None, record_kv=True, fixed=True):
+    actions = [["alloc"]] + prefill_all(rng, lengths, cfg) + interleaved(rng, 2, 6, cfg, fixed=fixed)
+    n_blocks = n_blocks or sum(-(-(n + 6) // B) for n in lengths) + 8
+    return step_case(name, actions, cfg=cfg, block_size=B, n_blocks=n_blocks, param_seed=seed(rng),
+                     record_kv=record_kv)
+
+
 def plan_configs(rng):
-    cases = []
-    for i in range(4):
-        cfg = random_config(rng)
-        B = pick(rng, ODD_BLOCK_SIZES)
-        lengths = [int(x) for x in rng.integers(1, 50, 2)]
-        actions = taken(rng, 2) + prefill_all(rng, lengths, cfg) + interleaved(rng, 2, 6, cfg)
-        cases.append(step_case(f"Config {i}, block size {B}", actions, cfg=cfg, block_size=B, n_blocks=130 // B + 12,
-                               param_seed=int(rng.integers(1 << 20)), record_kv=True))
+    cases = [config_case(rng, "3 layers, 1 head of 2, block size 1", SMALL_CFG, 1, [9, 4]),
+             config_case(rng, "1 layer, 4 heads of 7, block size 64", WIDE_CFG, 64, [30, 1]),
+             config_case(rng, "3 layers, 1 head of 2, block size 13", SMALL_CFG, 13, [27, 13]),
+             adopted_case(rng, "a table in the order 2, 0, 1, 1 layer, block size 33", 33, 70, [2, 0, 1], 3,
+                          cfg=WIDE_CFG, record_kv=True, n_blocks=12)]
+    for i in range(2):
+        cfg, B = random_config(rng), pick(rng, ODD_BLOCK_SIZES)
+        cases.append(config_case(rng, f"Config {i}, block size {B}", cfg, B,
+                                 [int(x) for x in rng.integers(1, 50, 2)], n_blocks=130 // B + 12, fixed=False))
     return cases
 
 
 def plan_all_or_nothing(rng):
     cases = []
-    for B in (pick(rng, (2, 3)), pick(rng, (4, 5))):
-        first = int(rng.integers(1, 2 * B))
+    for B, first in ((2, 3), (5, 4)):
         actions = [["new"], ["new"], ["step", [0], [tokens(rng, first)]]]
         # seq 0's token fits, seq 1's prefill does not: the whole step must leave everything as it was
-        actions += [["miss", [0, 1], [tokens(rng, 1), tokens(rng, int(rng.integers(2, 4)) * B)]]]
+        actions += [["miss", [0, 1], [tokens(rng, 1), tokens(rng, 3 * B)]]]
         actions += [["step", [0, 1], [tokens(rng, 1), tokens(rng, B)]]]     # what the pool still has is usable
         actions += [["reserve", 1, 40 * B], ["miss", [1, 0], [tokens(rng, B + 1), tokens(rng, 2)]]]
         # seq 1's last block is full, so whether its last step fits is the count's alone: a partly filled
         # one would also ask whether copy-on-write (Part 4) copies a block nobody shares
         actions += [["step", [1], [tokens(rng, 1)]]]
         cases.append(step_case(f"block size {B}", actions, n_blocks=40, block_size=B))
-    B = pick(rng, (3, 4, 5))
-    actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, B + 1), tokens(rng, 2 * B)]], ["share", 0],
+    actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, 5), tokens(rng, 8)]], ["share", 0],
                ["miss", [1, 0], [tokens(rng, 1), tokens(rng, 1)]]]
-    cases.append(step_case(f"a copy that does not fit, block size {B}", actions, n_blocks=24, block_size=B))
-    cases.append(bare_reserve_case(rng))
+    cases.append(step_case("a copy that does not fit, block size 4", actions, n_blocks=24, block_size=4))
+    cases.append(bare_reserve_case(rng, 3, held=2, free=3, L=5, over=2))
+    cases.append(bare_reserve_case(rng, 1, held=1, free=2, L=2, over=1))
+    B = pick(rng, (2, 3, 4, 5))
+    cases.append(bare_reserve_case(rng, B, held=int(rng.integers(1, 4)), free=int(rng.integers(1, 5)),
+                                   L=B + int(rng.integers(1, B + 1)), over=int(rng.integers(1, B + 1))))
     return cases
 
 
-def bare_reserve_case(rng):
+def bare_reserve_case(rng, B, held, free, L, over):
     """reserve alone, one block short while some are free: it must take none of them (a reserve that
     allocates block by block keeps what it got); then one that fits with a block to spare, and a
     step into it (an exact fit is exact_count's, which holds blocks by the pool's own n_free: here an
     n_free off by one, Part 1's, would refuse it)."""
-    B, held, free = pick(rng, (2, 3, 4, 5)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
-    L = B + int(rng.integers(1, B))                     # two blocks, the second partly filled
-    short = (free + 2) * B - L + int(rng.integers(1, B + 1))     # needs free + 1 new blocks
+    short = (free + 2) * B - L + over               # needs free + 1 new blocks
     actions = [["alloc"]] * held + [["new"], ["step", [0], [tokens(rng, L)]],
                                     ["reserve", 0, short], ["reserve", 0, max(1, short - 2 * B)],
                                     ["step", [0], [tokens(rng, 1)]]]
@@ -134,20 +217,18 @@ def bare_reserve_case(rng):
 
 def plan_exact_count(rng):
     cases = []
-    for B in (pick(rng, (3, 4, 5)), pick(rng, (6, 7))):
-        lengths = [int(rng.integers(1, 3 * B)) for _ in range(3)]
-        step = [[0, 1, 2], [tokens(rng, int(rng.integers(1, 2 * B))) for _ in range(3)]]
+    for B, lengths, sizes in ((3, [2, 3, 7], [1, 4, 2]), (6, [6, 1, 11], [6, 5, 7])):
+        step = [[0, 1, 2], [tokens(rng, n) for n in sizes]]
         cases.append(step_case(f"three sequences, block size {B}", prefill_all(rng, lengths) + [["fit", *step]],
                                n_blocks=40, block_size=B))
-    B = pick(rng, (3, 4, 5))
-    partial = B + int(rng.integers(1, B))
-    for shares in (1, 2):
-        actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, partial), tokens(rng, B - 1)]]]
-        actions += [["share", 0]] * shares + [["fit", [0, 1], [tokens(rng, 1), tokens(rng, 2)]]]
-        cases.append(step_case(f"a copy counted, {shares + 1} holders, block size {B}", actions, n_blocks=24,
-                               block_size=B))
-    holders = int(rng.integers(3, 5))        # sequences sharing one partly filled block all write: n - 1 copies
-    actions = [["new"], ["step", [0], [tokens(rng, partial)]]] + [["mirror", 0]] * (holders - 1)
+    for B, partial in ((4, 6), (5, 9)):
+        for shares in (1, 2):
+            actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, partial), tokens(rng, B - 1)]]]
+            actions += [["share", 0]] * shares + [["fit", [0, 1], [tokens(rng, 1), tokens(rng, 2)]]]
+            cases.append(step_case(f"a copy counted, {shares + 1} holders, block size {B}", actions, n_blocks=24,
+                                   block_size=B))
+    holders, B = int(rng.integers(3, 6)), pick(rng, (3, 4, 5))      # all holders of one partly filled block write
+    actions = [["new"], ["step", [0], [tokens(rng, B + 1)]]] + [["mirror", 0]] * (holders - 1)
     actions += [["fit", list(rng.permutation(holders).tolist()), [tokens(rng, 1) for _ in range(holders)]]]
     cases.append(step_case(f"{holders} holders of one block write, block size {B}", actions, n_blocks=24,
                            block_size=B))
@@ -155,22 +236,29 @@ def plan_exact_count(rng):
 
 
 def plan_bad_input(rng):
-    small = random_config(rng, max_len=int(rng.integers(20, 40)))
-    V, L, B = small["vocab"], small["max_len"], pick(rng, (3, 4, 5))
+    small = {"vocab": 229, "d_model": 8, "n_layers": 2, "n_heads": 2, "d_head": 3, "d_ff": 16, "max_len": 29}
+    V, L, B = small["vocab"], small["max_len"], 4
     ok = tokens(rng, 3, small)
-    actions = [["new"], ["new"], ["step", [0], [ok]],
+    actions = [["new"], ["new"], ["step", [0], [[0, V - 1, *ok]]],
                ["step", [0, 1], [ok]], ["step", [0], [ok, ok]], ["step", [0], [[]]], ["step", [0, 1], [ok, []], True],
                ["step", [0], [[0, -1]]], ["step", [0, 1], [ok, [V]]], ["step", [1], [[V + 50]]],
-               ["step", [1], [[-V]]], ["step", [1], [[5, V - 1 + 1]], True],
-               ["step", [0], [tokens(rng, L - 2, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
-               ["step", [], []], ["step", [0], [tokens(rng, L - 3, small)], True],
+               ["step", [1], [[-V]]], ["step", [1], [[5, V]], True],
+               ["step", [0], [tokens(rng, L - 4, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
+               ["step", [], []], ["step", [0], [tokens(rng, L - 5, small)], True],
                ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True],
                ["reserve", 1, 0], ["reserve", 1, -2], ["reserve", 1, 1]]
     full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]], ["take_rest"]]     # whatever n_free says
     full += [["step", [1], [tokens(rng, B, small)]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
              ["step", [0], [tokens(rng, L, small)]], ["step", [0], [[V - 1]]]]
-    return [step_case("bad tokens and lengths", actions, cfg=small, block_size=B, n_blocks=40),
-            step_case("bad input on a full pool", full, cfg=small, block_size=B, n_blocks=8)]
+    cases = [step_case("bad tokens and lengths", actions, cfg=small, block_size=B, n_blocks=40),
+             step_case("bad input on a full pool", full, cfg=small, block_size=B, n_blocks=8)]
+    drawn = random_config(rng, max_len=int(rng.integers(20, 40)))
+    V, L, B = drawn["vocab"], drawn["max_len"], pick(rng, (3, 4, 5))
+    ok = tokens(rng, 3, drawn)
+    actions = [["new"], ["new"], ["step", [0], [ok]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
+               ["step", [1], [tokens(rng, L, drawn)]], ["step", [0], [tokens(rng, L - 2, drawn)]],
+               ["step", [0], [[V - 1]]], ["reserve", 1, 0]]
+    return cases + [step_case("bad input, another Config", actions, cfg=drawn, block_size=B, n_blocks=40)]
 
 
 PLANS = {
