@@ -596,20 +596,36 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
 
 
 def cow_probe(pk, cfg=None):
-    """Whether reserve copies a partly filled last block nobody shares (Part 4's copy-on-write rule
-    broken), on a pool of its own: a sequence with 2 of 4 positions of a block of the test's, then
-    reserve(1). True when its block was replaced, False when not, the error's kind when a call raised.
-    Such a copy takes a block the contract's count does not have, so a Part 2 step that fits the free
-    blocks exactly then runs out, and its failure names Part 4."""
-    def run():
+    """Whether reserve's copy-on-write makes copies the contract does not (Part 4's rule broken), on
+    pools of its own: a sequence holding 2 of 4 positions of a block nobody shares, then reserve(1),
+    must keep its block; three sequences holding one partly filled block (the test's blocks and
+    pool.incref, as fork would), each reserve(1) in turn, must make 2 copies, the last keeping the
+    block. True when either is broken, False when not, the error's kind when a call raised. Such a
+    copy takes a block the contract's count does not have, so a Part 2 step that fits the free blocks
+    exactly then runs out, and its failure names Part 4."""
+    def unshared():
         pool = new_pool(pk, config(cfg), 4, 4)
         seq = pk.PagedSequence(pool)
         grow(pool, seq, 2, 0)
         before = [as_int(b) for b in seq.blocks]
         seq.reserve(1)
         return [as_int(b) for b in seq.blocks] != before
+
+    def shared():
+        pool = new_pool(pk, config(cfg), 8, 4)
+        seqs = [pk.PagedSequence(pool) for _ in range(3)]
+        grow(pool, seqs[0], 2, 0)
+        original = as_int(seqs[0].blocks[0])
+        for seq in seqs[1:]:
+            pool.incref(original)
+            seq.blocks, seq.length = [original], 2
+        for seq in seqs:
+            seq.reserve(1)
+        firsts = [as_int(seq.blocks[0]) if len(seq.blocks) == 1 else None for seq in seqs]
+        return None in firsts or len(set(firsts)) != 3 or firsts.count(original) != 1 \
+            or any(as_int(pool.refcount(b)) != 1 for b in firsts)
     try:
-        result, error = attempt(run)
+        result, error = attempt(lambda: unshared() or shared())
     except NotImplementedError:
         return "NotImplementedError"
     return result if error is None else error["kind"]
@@ -897,20 +913,25 @@ def blockwise(pk, cfg=None, n_blocks=8, block_size=4, cases=(), seed=0):
 class _StepWatch:
     """paged_kv as the lab's drivers import it: the implementation's PagedSequence, and its paged_step
     noting whether it raised, so a driver that stopped inside paged_step (Part 2) is said so. With
-    test_prefill (the test chooses the tokens, so no logits are read), the driver's prefill of its
-    empty first sequence is the test's own (grow: its blocks, its K/V): how many blocks a prompt of
-    many tokens takes on an empty sequence is Part 2's count, judged by Part 2's checks, while the
-    drivers judge fork, free and copy-on-write on the decodes that follow."""
+    test_steps (the test chooses the tokens, so no logits are read), every step of the driver is the
+    test's own instead: each sequence, in list order, grows by its chunk (grow: your reserve, the
+    test's K/V, length += the chunk), and the logits are zeros. So the drivers judge fork, free and
+    copy-on-write (reserve) alone: how many blocks a prompt takes, the lengths and the logits are Part
+    2's, judged by Part 2's checks."""
 
-    def __init__(self, pk, test_prefill=False):
+    def __init__(self, pk, test_steps=False):
         self.PagedSequence, self._step, self.raised = pk.PagedSequence, pk.paged_step, False
-        self._test_prefill = test_prefill
+        self._test_steps, self._steps = test_steps, 0
 
     def paged_step(self, params, cfg, seqs, chunks):
-        if self._test_prefill and seqs and all(as_int(s.length) == 0 and not list(s.blocks) for s in seqs):
-            self._test_prefill = False
-            for s, chunk in zip(seqs, chunks):
-                grow(s.pool, s, len(chunk), len(chunk))
+        if self._test_steps:
+            self._steps += 1
+            try:
+                for s, chunk in zip(seqs, chunks):
+                    grow(s.pool, s, len(chunk), self._steps)
+            except BaseException:
+                self.raised = True
+                raise
             return [np.zeros((len(chunk), cfg.vocab)) for chunk in chunks]
         try:
             out = self._step(params, cfg, seqs, chunks)
@@ -941,7 +962,7 @@ def _drive(pk, fn, pool, choices=None, **kw):
     import decoding  # the lab's drivers use `paged_kv` from sys.modules: make it this implementation
     saved = sys.modules.get("paged_kv")
     kept = {name: getattr(decoding, name) for name in ("_record", *(choices or {}))}
-    steps, watched_pk = [], _StepWatch(pk, test_prefill=bool(choices))
+    steps, watched_pk = [], _StepWatch(pk, test_steps=bool(choices))
 
     def watch(stats, pool_, seqs):
         kept["_record"](stats, pool_, seqs)
@@ -958,9 +979,11 @@ def _drive(pk, fn, pool, choices=None, **kw):
         sys.modules["paged_kv"] = saved if saved is not None else pk
     out, stats = result if error is None else ([], {"blocks_used": []})
     watched = {"steps": steps, "in_use_after": in_use(pool), "error": error,
-               "raised_in": None if error is None else "paged_step" if watched_pk.raised else "driver"}
-    if watched["raised_in"] == "paged_step":    # a fork's step copies: says whether copy_block (Part 1) runs
-        watched["copy_probe"] = copy_runs(pk, kw.get("cfg"))
+               "raised_in": None if error is None else ("the test's step" if watched_pk._test_steps else "paged_step")
+               if watched_pk.raised else "driver"}
+    if watched["raised_in"] in ("paged_step", "the test's step"):    # a fork's step copies: whether copy_block
+        watched["copy_probe"] = copy_runs(pk, kw.get("cfg"))           # (Part 1) runs, and copy-on-write (Part 4)
+        watched["cow_probe"] = cow_probe(pk, kw.get("cfg"))
     return out, stats, watched
 
 

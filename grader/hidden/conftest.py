@@ -33,6 +33,8 @@ check on purpose cannot excuse another.
 """
 import gc
 import hashlib
+import importlib
+import json
 import queue
 import threading
 import time
@@ -159,15 +161,17 @@ class Grading:
         self.executor = ThreadPoolExecutor(CALLS_AT_ONCE)
         self.parts, self.part_futures, self.lock = {}, {}, threading.Lock()
         self.together = {}      # part -> the check ids of the call it went in (its parts', in order)
-        self.second_futures, self.second_calls = {}, {}     # "seconds" or check id -> future; check id -> {i: calls}
-        self.seconds = None     # (calls, where) of the one call of every part's second runs, once started
+        self.second_futures, self.second_calls = {}, {}     # "seconds" or an entry -> future; check id -> {i: calls}
+        self.seconds = None     # (entries in the call's order, {(check id, i): its entries}, {entry: call}), once made
+        self.seed, self._first_of_reference, self._drawn = config.getoption("--seed"), {}, {}
         boxes = list(self.sandboxes.queue)
         order = sorted(self.plans, key=lambda c: list(rubric.CHECKS).index(c))
-        known = refcache.answers(config.getoption("--seed") if all(b.isolate for b in boxes) else None,
-                                 order, self._reference_answers)
+        known = refcache.answers(self.seed if all(b.isolate for b in boxes) else None, order, self._reference_answers)
         for check_id in order:
             self.expected[check_id], self.ref_seconds[check_id] = known[check_id]
-            self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
+            if not self._replays(check_id):       # (a replays check rides in the second runs' call only)
+                self.parts.setdefault(rubric.CHECKS[check_id].part, []).append(check_id)
+        self.replays = [c for c in order if self._replays(c)]
         gc.freeze()     # what lives now (the modules, the reference's answers) lives to the end: not traversed again
         self.twinned = [part for part in self.parts if self._second_ids(part)]
         for parts in (self.twinned, [p for p in self.parts if p not in self.twinned]):   # the first is waited on
@@ -181,14 +185,49 @@ class Grading:
                 self.part_futures[p], self.together[p] = future, ids
         if self.twinned:                # the second runs start as soon as the first answers are in
             self.part_futures[self.twinned[0]].add_done_callback(lambda _: self._start_seconds(wait=False))
+        elif self.replays:
+            self._start_seconds(wait=False)
+
+    def _replays(self, check_id):
+        return all(case.scenario == REPLAYS for case in self.plans[check_id])
 
     def _reference_answers(self, check_id):
         """(the reference's answers to a check's cases, the seconds it took): computed here."""
         start = time.perf_counter()
-        return scenarios.batch(self.reference, self._calls(check_id)), time.perf_counter() - start
+        if self._replays(check_id):
+            answers = [scenarios.batch(self.reference, calls) for calls in self._replay_calls(check_id)]
+        else:
+            answers = self._reference_first(check_id)
+        return answers, time.perf_counter() - start
+
+    def _reference_first(self, check_id):
+        """The reference's answers to a check's cases (memoised: a replays check needs them too)."""
+        if check_id not in self._first_of_reference:
+            self._first_of_reference[check_id] = scenarios.batch(self.reference, self._calls(check_id))
+        return self._first_of_reference[check_id]
+
+    def _plan(self, check_id):
+        """A check's cases: the grading's, or, for a check it does not grade (a bonus not attempted),
+        drawn here as the grading would draw them (its seed)."""
+        if check_id not in self.plans:
+            self._drawn.setdefault(check_id, _bound_checks()[check_id][0](rng_for(self.seed, check_id)))
+        return self.plans.get(check_id) or self._drawn[check_id]
 
     def _calls(self, check_id):
-        return _with_ledger(check_id, [[c.scenario, c.inputs] for c in self.plans[check_id]])
+        return _with_ledger(check_id, [[c.scenario, c.inputs] for c in self._plan(check_id)])
+
+    def _replay_calls(self, check_id):
+        """Per case of a replays check, the second runs its twinned check makes of the reference's own
+        first answers (for a correct submission, the very calls of its second runs), with the ledger as
+        the replays check's part carries it, also when the twinned check is not graded."""
+        out = []
+        for case in self.plans[check_id]:
+            twinned = case.inputs["of"]
+            first = self.expected[twinned] if twinned in self.expected else self._reference_first(twinned)
+            calls = [c for e, case_x in zip(first, self._plan(twinned)) if case_x.second is not None
+                     for c in case_x.second(e, e)]
+            out.append(_with_ledger(check_id, calls))
+        return out
 
     def _deadline(self, check_ids):
         return max(DEFAULT_DEADLINE, DEADLINE_PER_REF_SECOND * sum(self.ref_seconds[c] for c in check_ids))
@@ -241,77 +280,95 @@ class Grading:
             self.second_calls[check_id] = calls
         return self.second_calls[check_id]
 
-    def _second_batch(self, check_ids, data_of):
-        """One call for the second runs of these checks (each case's calls as one batch); the index of
-        each (check id, case) in its answer."""
-        calls, where = [], {}
-        for c in check_ids:
-            for i, case_calls in self._second_calls(c, data_of(c)).items():
-                if case_calls is not None:
-                    where[(c, i)] = len(calls)
-                    calls.append(["batch", {"calls": case_calls}])
-        return calls, where
-
     def _second_ids(self, part):
         return [c for c in self.parts[part] if any(case.second for case in self.plans[c])]
 
     def _start_seconds(self, wait=True):
-        """The second runs of every part whose first call answered all its checks, in ONE call (a fresh
-        worker costs more than they do), started once every such part's first call is done; a part
-        whose first call failed gets them per check, when its judges ask. (calls, where) or None."""
+        """Every second run in ONE call (a fresh worker costs more than they do), made once the first
+        calls of the parts with second runs are done: the twins of each case whose check's first call
+        answered, and the replays checks' runs (the same calls made of the reference's answers), each
+        distinct call once (a twin and its replay are one run, answered once and judged twice), in an
+        order drawn on the trusted side. A case whose check's first call failed gets its second runs
+        later, each call on its own (_entry). (entries in order, {(check id, i): entries}, {entry: call})."""
         futures = [self.part_futures[p] for p in self.twinned]
         if not wait and not all(f.done() for f in futures):
             return None
         answered = {p: self._first(p) for p in self.twinned}
-        data = {c: answered[p][c].data for p in self.twinned if answered[p] is not None for c in self._second_ids(p)
-                if answered[p][c].status == "ok"}
         with self.lock:
             if self.seconds is None:
-                calls, where = self._second_batch(list(data), data.get)
-                if calls:
+                entries, uses = {}, {}
+                for p in self.twinned:
+                    for c in (self._second_ids(p) if answered[p] is not None else ()):
+                        if answered[p][c].status == "ok":
+                            for i, calls in self._second_calls(c, answered[p][c].data).items():
+                                if calls is not None:
+                                    uses[(c, i)] = _entries(calls, entries)
+                for c in self.replays:
+                    for i, calls in enumerate(self._replay_calls(c)):
+                        uses[(c, i)] = _entries(calls, entries)
+                order = list(entries)
+                np.random.default_rng(int.from_bytes(hashlib.sha256(f"seconds:{self.seed}".encode()).digest()[:8],
+                                                     "little")).shuffle(order)
+                if order:
+                    owners = sorted({c for c, _ in uses})
                     self.second_futures["seconds"] = self.executor.submit(
-                        self._call, "second runs", calls, self._deadline(list(data)), retry=False,
-                        each=True)      # retried per check
-                self.seconds = (calls, where)
+                        self._call, "second runs", [entries[k] for k in order], self._deadline(owners),
+                        retry=False, each=True)      # retried per call
+                self.seconds = (order, uses, entries)
         return self.seconds
 
-    def _second_reply(self, check_id, i):
-        """The sandbox's Reply for case i's second run: from the one call of all parts' second runs when
-        it answered them all, else from a call of the check's own (None: no second run could be made)."""
-        _, where = self._start_seconds()
-        reply = self.second_futures["seconds"].result() if (check_id, i) in where else None
-        if reply is not None and reply.status == "ok":
-            return reply.data[where[(check_id, i)]]
-        data = self._reply(check_id).data        # (ok: answer() saw it)
-        with self.lock:              # the check's own call, so a failure costs only its own cases
-            calls, where = self._second_batch([check_id], lambda c: data)
-            if check_id not in self.second_futures and calls:
-                self.second_futures[check_id] = self.executor.submit(self._call, f"{check_id} (second run)", calls,
-                                                                     self._deadline([check_id]), each=True)
-        if (check_id, i) not in where:
-            return None
-        reply = self.second_futures[check_id].result()
-        return reply.data[where[(check_id, i)]] if reply.status == "ok" else reply
+    def _entry(self, key, call, check_id):
+        """The Reply for one second-run call: its answer in the one call of every second run when that
+        call answered them all, else from a call of its own (so a crash or a hang costs only the cases
+        that need that run)."""
+        order, _, _ = self._start_seconds()
+        if key in order:
+            reply = self.second_futures["seconds"].result()
+            if reply.status == "ok":
+                return reply.data[order.index(key)]
+        with self.lock:
+            if key not in self.second_futures:
+                self.second_futures[key] = self.executor.submit(self._call, f"{check_id} (second run)", [call],
+                                                                self._deadline([check_id]), each=True)
+        reply = self.second_futures[key].result()
+        return reply.data[0] if reply.status == "ok" else reply
+
+    def _case_entries(self, check_id, i):
+        """[(entry, call)] of case i's second runs, or None when they cannot be made."""
+        _, uses, entries = self._start_seconds()
+        if (check_id, i) not in uses:
+            if self._replays(check_id):
+                return None
+            data = self._reply(check_id).data        # (ok: answer() saw it)
+            calls = self._second_calls(check_id, data).get(i)
+            if calls is None:
+                return None
+            with self.lock:
+                uses[(check_id, i)] = _entries(calls, entries)
+        return [(k, entries[k]) for k in uses[(check_id, i)]]
 
     def second(self, check_id, i):
-        """Case i's second run: (its answers, one per call, or None, message): a missing or malformed
-        answer is a message that fails the case; a grader error fails it as not judged."""
-        reply = self._second_reply(check_id, i)
-        if reply is None:
+        """Case i's second runs (a twinned case's, or a replays case's): (its answers, one per call, or
+        None, message): a missing or malformed answer is a message that fails the case; a grader error
+        fails it as not judged."""
+        found = self._case_entries(check_id, i)
+        if found is None:
             return None, _wrong_form("first answer")
-        if reply.status == "grader_error":
-            with self.lock:
-                if check_id not in dict(self.grader_errors):
-                    self.grader_errors.append((check_id, reply.error))
-            pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
+        replies = [self._entry(key, call, check_id) for key, call in found]
+        for reply in replies:
+            if reply.status == "grader_error":
+                with self.lock:
+                    if check_id not in dict(self.grader_errors):
+                        self.grader_errors.append((check_id, reply.error))
+                pytest.fail("not judged: the grader failed this call, not the submission", pytrace=False)
         part = rubric.CHECKS[check_id].part
-        if reply.status != "ok":
-            why = _no_answer(reply, registry.number(part))
+        failed = next((r for r in replies if r.status != "ok"), None)
+        if failed is not None:
+            why = _no_answer(failed, registry.number(part))
+            if self._replays(check_id):
+                return None, f"  {why}"
             return None, "  the run this check compares yours with (the same code, in a worker of its own) failed: " + why
-        data = reply.data
-        if not isinstance(data, list) or len(data) != len(self.second_calls[check_id][i]):
-            return None, _wrong_form("answer of the run this check compares yours with")
-        return data, None
+        return [r.data for r in replies], None
 
     def answer(self, check_id, i):
         """(expected, got) for case i of a check; fails the case when the submission gave no answer."""
@@ -335,9 +392,17 @@ class Grading:
     def message(self, check_id, i):
         """The judge's message for case i (None: it passed); a missing answer fails the case. The
         submission's values in it are validated and marked (explain.hidden_feedback); grader/feedback.py
-        decides how many a student sees."""
-        expected, got = self.answer(check_id, i)
+        decides how many a student sees. A replays case's answers are the second runs it names."""
         case = self.plans[check_id][i]
+        if case.scenario == REPLAYS:
+            got, failed = self.second(check_id, i)
+            if failed:
+                return failed
+            calls = [call for _, call in self._case_entries(check_id, i)]
+            expected, case = self.expected[check_id][i], case._replace(inputs={**case.inputs, "calls": calls})
+            with hidden_feedback(ranges_for(case)):
+                return self.judges[check_id](case, expected, got, Context(self, check_id))
+        expected, got = self.answer(check_id, i)
         second = None
         if case.second is not None:
             second, failed = self.second(check_id, i)
@@ -361,6 +426,31 @@ class Grading:
         self.executor.shutdown(wait=True)
         while not self.sandboxes.empty():
             self.sandboxes.get().close()
+
+
+def _entries(calls, entries):
+    """The keys of `calls` in `entries` (a call's canonical JSON), adding the new ones: equal calls are
+    one entry, so a twin and its replay are run once."""
+    keys = []
+    for call in calls:
+        key = json.dumps(call, sort_keys=True)
+        entries.setdefault(key, call)
+        keys.append(key)
+    return keys
+
+
+_BOUND = {}
+
+
+def _bound_checks():
+    """{check id: (plan, judge)} of every hidden module (bind), for a check this grading does not grade."""
+    if not _BOUND:
+        for part in registry.PARTS:
+            _BOUND.update(bind(importlib.import_module(f"grader.hidden.{part.test_file[:-3]}")))
+    return _BOUND
+
+
+REPLAYS = "replays"     # the scenario of a case whose answers are other checks' second runs (paged_step.replays)
 
 
 def _with_ledger(check_id, calls):

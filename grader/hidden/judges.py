@@ -14,13 +14,15 @@ worker of its own (`ctx.second`).
 """
 import functools
 
-from explain import describe_action, describe_prefix_actions, draw_tables, ours, outcome, their, their_list
+from explain import (describe_action, describe_prefix_actions, draw_tables, hidden_feedback, ours, outcome, their,
+                     their_list)
 from rules import (append_violation, copy_note, first_copy, first_move, lifetime_from, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
 
-from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch
+from grader.hidden.compare import ATTENTION_TOL, _show, first_mismatch, ranges_for
+from grader.hidden.inputs import Case
 
 SAVINGS_RANGE = 0.02        # the drivers' savings: within 2 points of the reference's on the same inputs
 
@@ -112,7 +114,29 @@ def _records_ok(got, n, keys):
 PART2_FIELDS = {            # what each Part 2 check compares, besides errors and all-or-nothing
     "logits": ("result", "error", "lengths", "unchanged"),
     "tables": ("result", "error", "lengths", "unchanged", "tables", "kv"),
+    "replays": ("result", "error", "lengths", "unchanged", "kv"),
 }
+
+
+def replays_judge(case, expected, got, ctx=None):
+    """paged_step.replays: the runs a check of another part compares a submission's run with (its
+    second runs: step_scripts, the same code without sharing or without the cache), judged as Part 2
+    judges any step_script, against the reference's answer to the same call. The calls are those the
+    check makes of the reference's own answers; the grading runs each once, so the twin a Part 4 or
+    Part 5 check reads for a correct submission is the very run judged here: answering it otherwise
+    than a step_script deserves costs Part 2 (case.inputs: "of", the check; "calls", the runs)."""
+    calls = case.inputs["calls"]
+    if not isinstance(got, list) or len(got) != len(calls) or not isinstance(expected, list) \
+            or len(expected) != len(calls):
+        return _wrong_form()
+    judge = part2_judge(PART2_FIELDS["replays"])
+    for k, ((scenario, inputs), e, g) in enumerate(zip(calls, expected, got), 1):
+        run = Case(f"run {k}", scenario, inputs)
+        with hidden_feedback(ranges_for(run)):
+            why = judge(run, e, g)
+        if why:
+            return f"  run {k} of {len(calls)} (a run {case.inputs['of']} compares yours with):\n  {why.strip()}"
+    return None
 
 
 NEEDS_POOL = "this check needs a pool that does what Part 1 says: fix Part 1 first"
@@ -184,12 +208,13 @@ def _pool_needed(rec, raw, capacity, refcounts=None):
 
 def _cow_needed(rec, raw, probe):
     """What to add when a call ran out of blocks where the reference did not, while on a pool of its
-    own reserve copies a partly filled last block nobody shares (scenarios.cow_probe: Part 4's rule
-    broken, so the step needs a block the contract's count does not have); "" otherwise."""
+    own reserve's copy-on-write makes copies the contract does not (scenarios.cow_probe: a block nobody
+    shares copied, or r holders writing in turn making more than r - 1 copies: Part 4's rule broken,
+    so the step needs blocks the contract's count does not have); "" otherwise."""
     if probe is True and rec["error"] is None and isinstance(raw["error"], dict) and raw["error"].get("kind") == "MemoryError":
-        return ("this call ran out of blocks, and on a pool of its own your reserve copies a partly filled last block "
-                "nobody shares (copy-on-write copies only a shared one), which takes a block more than the contract "
-                "counts: fix Part 4 first")
+        return ("this call ran out of blocks, and on a pool of its own your reserve's copy-on-write makes copies the "
+                "contract does not (a partly filled block nobody shares, or more than r - 1 copies for r holders "
+                "writing in turn), which take blocks the contract does not count: fix Part 4 first")
     return ""
 
 
@@ -346,34 +371,31 @@ NEEDS_PART2 = "needs a paged_step that runs (Part 2): fix Part 2 first"
 NEEDS_EXACT = "a step or reserve takes a block only when a position needs one (Part 2): fix Part 2 first"
 
 
-def _same_lengths(expected, got):
-    """Whether every step left the sequences the reference's lengths. The blocks a step takes follow
-    from the lengths, which are Part 2's (paged_step sets them, reserve counts from them): with other
-    lengths the peak and the savings cannot be the reference's, so only the rules on the pool's own
-    tables and refcounts (sharing, copies, leaks) judge the case, not a difference Part 2 made. Nor
-    are lengths that differ between live sequences a fork's: a step that advances only some of its
-    batch makes them too, and fork's length is judged where the test forks (sharing_script)."""
-    return [s.get("lengths") for s in got["steps"]] == [s["lengths"] for s in expected["steps"]]
-
-
 def _driver_failed(got):
     """The driver raised: always a failure of this case (a driver that did not run was not judged, so
-    it is no pass), said as Part 2's when paged_step raised, since the driver cannot run without it,
-    or as Part 1's when pool.copy_block also raises on a pool of its own (a fork's step copies)."""
+    it is no pass). The test's own step (scenarios._StepWatch: your reserve, the test's K/V) raised:
+    said with what copy_block (Part 1) and copy-on-write (Part 4) do on pools of their own, since a
+    fork's step copies; paged_step raised (a driver run without the test's steps): Part 2's."""
     if got.get("error") is None:
         return None
-    if got.get("raised_in") == "paged_step":
-        stopped = f"  the driver stopped: paged_step raised {outcome(got['error'])}"
+    if got.get("raised_in") in ("paged_step", "the test's step"):
+        stopped = (f"  the driver stopped: paged_step raised {outcome(got['error'])}" if got["raised_in"] == "paged_step"
+                   else f"  the driver stopped: your reserve raised {outcome(got['error'])} in a step (the test "
+                        f"advances each sequence by its token: your reserve, then the test's own K/V)")
         copy = _copy_needed(got.get("copy_probe"))
-        return f"{stopped}: {copy}" if copy else f"{stopped}: this check {NEEDS_PART2}"
+        if copy:
+            return f"{stopped}: {copy}"
+        if got.get("cow_probe") is True:
+            return f"{stopped}: on a pool of its own your copy-on-write makes copies the contract does not"
+        return f"{stopped}: this check {NEEDS_PART2}" if got["raised_in"] == "paged_step" else stopped
     return f"  the driver raised {outcome(got['error'])} (a fork or free failed)"
 
 
 def sampling_judge(case, expected, got, ctx=None):
     """parallel_sample with the tokens chosen by the test (scenarios._chosen), so nothing here depends
-    on Part 2's logits: the pool after every step (sharing, copies, leaks), and, when the lengths are
-    the reference's (_same_lengths), the peak blocks in use and the savings against the reference's on
-    the same choices. The samples are not compared (the test chose them; the logits are Part 2's)."""
+    on Part 2's logits, and every step the test's own (your reserve, the test's K/V: lengths are the
+    test's): the pool after every step (sharing, copies, leaks), the peak blocks in use and the savings
+    against the reference's on the same choices. The samples are not compared (the test chose them)."""
     if not _steps_ok(got):
         return _wrong_form()
     failed = _driver_failed(got)
@@ -386,8 +408,6 @@ def sampling_judge(case, expected, got, ctx=None):
               or sampling_violation(got["steps"], len(inputs["prompt"]), inputs["n"], inputs["block_size"]))
     if broken:
         return f"  {broken}\n  ({_savings_line(expected, got)})"
-    if not _same_lengths(expected, got):
-        return None
     peak_e, peak_g = max(s["in_use"] for s in expected["steps"]), max(s["in_use"] for s in got["steps"])
     if peak_e != peak_g:
         return (f"  peak blocks in use: expected {ours(peak_e)}, got {their(peak_g, 'count')}\n"
@@ -398,9 +418,8 @@ def sampling_judge(case, expected, got, ctx=None):
 def beam_judge(case, expected, got, ctx=None):
     """beam_search with every beam's log-probabilities chosen by the test (scenarios._chosen), so which
     beams survive, fork and die is the same for every implementation: no leak, sharing never costs
-    blocks, and, when the lengths are the reference's (_same_lengths), the savings against the
-    reference's. The beams' tokens and scores are not compared (the test chose them; the logits are
-    Part 2's)."""
+    blocks, and the savings against the reference's (every step the test's own: lengths are the
+    test's). The beams' tokens and scores are not compared (the test chose them)."""
     if not _steps_ok(got):
         return _wrong_form()
     failed = _driver_failed(got)
@@ -416,8 +435,6 @@ def beam_judge(case, expected, got, ctx=None):
         if s["in_use"] > alone:
             return (f"  after step {their(t, 'count')}, {their(s['in_use'], 'count')} blocks in use, more than the "
                     f"{their(alone, 'count')} the beams would hold alone")
-    if not _same_lengths(expected, got):
-        return None
     return _savings_off(expected, got)
 
 

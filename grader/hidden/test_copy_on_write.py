@@ -35,8 +35,8 @@ def plan_fork(rng):
         cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     B = pick(rng, (3, 4, 5))
     actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["fork", 1],
-               ["step", [2, 0], [tokens(rng, 1), tokens(rng, 2)]], ["fork", 2], ["step", [3], [tokens(rng, B)]]]
-    cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
+               grow(rng, 2, 1), grow(rng, 0, 2), ["fork", 2], grow(rng, 3, B)]
+    cases.append(sharing_case(f"forks of forks, block size {B}", actions, block_size=B))
     return cases
 
 
@@ -64,8 +64,8 @@ def plan_n_minus_1(rng):
     n, B = int(rng.integers(3, 7)), pick(rng, (3, 5, 7))
     actions = [["new"], grow(rng, 0, partial(rng, B))] + [["fork", 0]] * (n - 1)
     order = rng.permutation(n).tolist()
-    actions += [["step", order, [tokens(rng, 1) for _ in order]], ["step", order[::-1], [tokens(rng, 1) for _ in order]]]
-    cases.append(sharing_case(f"{n} holders in one step, block size {B}", actions, block_size=B, twin=True))
+    actions += [grow(rng, i, 1) for i in order] + [grow(rng, i, 1) for i in order[::-1]]
+    cases.append(sharing_case(f"{n} holders writing a token each, twice, block size {B}", actions, block_size=B))
     return cases
 
 
@@ -89,9 +89,8 @@ def plan_free(rng):
         cases.append(sharing_case(f"block size {B}", actions, block_size=B))
     B = pick(rng, (3, 4))
     actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["free", 0],
-               ["step", [1], [tokens(rng, 1)]], ["fork", 1], ["free", 1], grow(rng, 0, 3),
-               ["step", [0, 2], [tokens(rng, 1), tokens(rng, 1)]]]
-    cases.append(sharing_case(f"steps, block size {B}", actions, block_size=B, twin=True))
+               grow(rng, 1, 1), ["fork", 1], ["free", 1], grow(rng, 0, 3), grow(rng, 0, 1), grow(rng, 2, 1)]
+    cases.append(sharing_case(f"free after fork, block size {B}", actions, block_size=B))
     return cases
 
 

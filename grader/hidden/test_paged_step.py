@@ -9,9 +9,11 @@ sizes, table orders, which blocks the test takes and gives back); the seed draws
 the K/V the test stores and the model's weights. Then one case whose shape is drawn too. So whether a
 bug is caught does not depend on the student's seed (grader/selftest/coverage.py reports what the
 core cases reach)."""
-from grader.hidden.inputs import (ODD_BLOCK_SIZES, decodes, interleaved, pick, prefill_all, random_config, step_case,
-                                  tokens)
-from grader.hidden.judges import PART2_FIELDS, part2_judge
+import numpy as np
+
+from grader.hidden.inputs import (ODD_BLOCK_SIZES, Case, decodes, interleaved, pick, prefill_all, random_config,
+                                  step_case, tokens)
+from grader.hidden.judges import PART2_FIELDS, part2_judge, replays_judge
 
 SMALL_CFG = {"vocab": 211, "d_model": 6, "n_layers": 3, "n_heads": 1, "d_head": 2, "d_ff": 8, "max_len": 100}
 WIDE_CFG = {"vocab": 197, "d_model": 24, "n_layers": 1, "n_heads": 4, "d_head": 7, "d_ff": 33, "max_len": 150}
@@ -239,12 +241,12 @@ def plan_bad_input(rng):
     small = {"vocab": 229, "d_model": 8, "n_layers": 2, "n_heads": 2, "d_head": 3, "d_ff": 16, "max_len": 29}
     V, L, B = small["vocab"], small["max_len"], 4
     ok = tokens(rng, 3, small)
-    actions = [["new"], ["new"], ["step", [0], [[0, V - 1, *ok]]],
+    actions = [["new"], ["new"], ["step", [0], [[0, V - 1, ok[0]]]],     # seq 0: 3 tokens, so ok needs a block
                ["step", [0, 1], [ok]], ["step", [0], [ok, ok]], ["step", [0], [[]]], ["step", [0, 1], [ok, []], True],
                ["step", [0], [[0, -1]]], ["step", [0, 1], [ok, [V]]], ["step", [1], [[V + 50]]],
                ["step", [1], [[-V]]], ["step", [1], [[5, V]], True],
-               ["step", [0], [tokens(rng, L - 4, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
-               ["step", [], []], ["step", [0], [tokens(rng, L - 5, small)], True],
+               ["step", [0], [tokens(rng, L - 2, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
+               ["step", [], []], ["step", [0], [tokens(rng, L - 3, small)], True],
                ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True],
                ["reserve", 1, 0], ["reserve", 1, -2], ["reserve", 1, 1]]
     full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]], ["take_rest"]]     # whatever n_free says
@@ -261,6 +263,23 @@ def plan_bad_input(rng):
     return cases + [step_case("bad input, another Config", actions, cfg=drawn, block_size=B, n_blocks=40)]
 
 
+def plan_replays(rng):
+    """One case per check of another part that compares a run of yours with a second run of your own
+    (its twin: the same steps without sharing, without the cache): those runs, made of the reference's
+    answers, judged against the reference (judges.replays_judge). So a twin is always a graded Part 2
+    call: a step that answers it otherwise than any step_script costs Part 2 what it could hide."""
+    return [Case(f"the runs {check} compares yours with", "replays", {"of": check}) for check in twinned_checks()]
+
+
+def twinned_checks():
+    """The graded checks whose cases have second runs (Case.second), of every other part, in order."""
+    from grader import rubric
+    from grader.hidden.conftest import _bound_checks
+    rng = np.random.default_rng(0)          # (which cases have second runs does not depend on the seed)
+    return [c for c, (plan, _) in _bound_checks().items() if c in rubric.CHECKS and c not in rubric.SWITCHED_OFF
+            and not c.startswith("paged_step.") and any(case.second for case in plan(rng))]
+
+
 PLANS = {
     "paged_step.prefill": plan_prefill,
     "paged_step.chunked_prefill": plan_chunked_prefill,
@@ -270,9 +289,11 @@ PLANS = {
     "paged_step.all_or_nothing": plan_all_or_nothing,
     "paged_step.exact_count": plan_exact_count,
     "paged_step.bad_input": plan_bad_input,
+    "paged_step.replays": plan_replays,
 }
 _TABLES = ("paged_step.tables", "paged_step.configs")
 JUDGES = {check: part2_judge(PART2_FIELDS["tables" if check in _TABLES else "logits"]) for check in PLANS}
+JUDGES["paged_step.replays"] = replays_judge
 
 
 def test_paged_step(case, judge):
