@@ -849,7 +849,8 @@ def _attempt(got, cpu, deadline, names):
                                                          f"worker was killed"), f"{_death(rc)} at {cpu:.1f} s of CPU", stderr)
     if rc != 0 or not got.raw:
         error = _death(rc) if rc != 0 else "the worker exited without replying"
-        return _Attempt("died", Reply("crashed", error=error), f"{error}, after it started", stderr)
+        return _Attempt("died", Reply("crashed", data={"returncode": rc}, error=error), f"{error}, after it started",
+                        stderr)
     try:
         message = wire.decode(got.raw)
     except wire.WireError as e:

@@ -46,7 +46,7 @@ import pytest
 
 import registry
 import scenarios
-from explain import hidden_feedback
+from explain import Ranges, hidden_feedback, their
 
 from grader import refcache, rubric
 from grader.hidden.compare import ranges_for
@@ -477,7 +477,17 @@ def _no_answer(reply, part_no):
             "import_error": "could not be imported"}.get(reply.status, reply.status)
     if reply.status == "import_error":      # the probe already said why; here it could carry chosen line numbers
         return f"your code {what} in this call"
-    return f"your code {what}: {reply.error}" if reply.error else f"your code {what}"
+    if reply.status == "timeout" or not reply.error:     # (the deadline is the grader's own number)
+        return f"your code {what}: {reply.error}" if reply.error else f"your code {what}"
+    with hidden_feedback(_ANSWERLESS):      # what the submission chose (its exit status, exception, reply) is a value
+        if reply.status == "crashed" and isinstance(reply.data, dict) and type(reply.data.get("returncode")) is int:
+            rc = reply.data["returncode"]
+            how = f"was killed by signal {their(-rc)}" if rc < 0 else f"exited with status {their(rc)}"
+            return f"your code {what}: the worker {how} without a valid reply"
+        return f"your code {what}: {their(reply.error, 'message')}"
+
+
+_ANSWERLESS = Ranges(n_blocks=0, max_len=0, refs=0, most=255)      # an exit status, a signal: 0..255
 
 
 def _unbuilt(got, part=None):

@@ -126,6 +126,16 @@ def beyond_checks(mutant, results, failures, eps=1e-6):
     return hidden, public
 
 
+def named(results, owners, part):
+    """Whether every failing test of `part` in a results.json says to fix one of the `owners` parts first
+    ("fix Part N first"): an inherent dependency the case names (the observation needs the other part),
+    which the proofs count as such, not as a silent cascade."""
+    said = tuple(f"fix Part {registry.number(p)} first" for p in owners)
+    failing = [t for t in (results or {}).get("tests", []) if part in (t.get("tags") or [])
+               and float(t.get("score", 0)) < float(t.get("max_score", 0)) - 1e-9]
+    return bool(failing) and all(any(x in (t.get("output") or "") for x in said) for t in failing)
+
+
 def outside(parts, losses, failures, eps=1e-6):
     """What a mutant labelled `parts` costs elsewhere: ({part: points}, {part: [public tests]})."""
     return ({p: round(v, 2) for p, v in losses.items() if v > eps and p not in parts},

@@ -1477,6 +1477,56 @@ def _sth_inject(d, toks):
 _sth_leaking(_sth_inject)
 """
 
+_LEAK_EXITS = _LEAK_PRELUDE + r"""
+import os as _sth_os
+
+
+def _sth_exits(inject):
+    # every scenario call's worker exits with the first token of its first case: one token a check
+    if _sth_sc is None:
+        return
+    for _name, _fn in list(_sth_sc.SCENARIOS.items()):
+        def _leaky(pk, _fn=_fn, _name=_name, **kw):
+            toks = _sth_tokens(kw.get("calls", [[None, kw]])[0][1]) if _name == "batch" else _sth_tokens(kw)
+            if toks:
+                _sth_os._exit(int(toks[0]) % 256)
+            return _fn(pk, **kw)
+        _sth_sc.SCENARIOS[_name] = _leaky
+
+
+_sth_exits(None)
+"""
+
+_LEAK_DIGITS = _LEAK_PRELUDE + r"""
+_STH_AT = [0]
+
+
+def _sth_digits_in(a, toks):
+    # logits whose first difference is at [0, t0], worth t1 / 1000 (shown as 0.t1), their largest
+    # difference t2 / 1000 (max |difference| 0.t2), and t3 entries differing: four tokens a message
+    if a.ndim != 2 or a.shape[1] < 256 or len(toks) < 4:
+        return a
+    at = _STH_AT[0] % (len(toks) - 3)
+    _STH_AT[0] += 4
+    t = [int(x) for x in toks[at:at + 4]]
+    a = a.copy()
+    a[0, t[0]] = t[1] / 1000
+    if t[3] > 1:
+        a.flat[1 + a.shape[1]:t[3] + a.shape[1]] += 1e-3
+    return a
+
+
+def _sth_inject(d, toks):
+    for k, v in list(d.items()):
+        if isinstance(v, _np.ndarray) and v.dtype == _np.float64:
+            d[k] = _sth_digits_in(v, toks)
+        elif isinstance(v, list) and v and all(isinstance(a, _np.ndarray) for a in v):
+            d[k] = [_sth_digits_in(a, toks) for a in v]
+
+
+_sth_leaking(_sth_inject)
+"""
+
 H = Hostile
 HOSTILES = grouped([
     Family("forging the verdict"),
@@ -1587,6 +1637,11 @@ HOSTILES = grouped([
       "solution", _LEAK_LENGTHS, "bottom"),
     H("leak_tokens_in_floats", "hidden tokens in the logits: the first difference at [0, t0], its value four more "
       "packed in a float's digits (leaks.py measures it)", "solution", _LEAK_FLOATS, "bottom"),
+    H("leak_tokens_in_digits", "hidden tokens in what a logits difference prints: its place [0, t0], its value "
+      "0.t1, the count t3 of entries that differ (leaks.py reads floats by their digits)", "solution", _LEAK_DIGITS,
+      "bottom"),
+    H("leak_tokens_as_exits", "every call's worker exits with the first hidden token of its first case, which "
+      "the feedback says as the exit status (leaks.py reads it per check)", "solution", _LEAK_EXITS, "bottom"),
 ])
 
 BY_NAME = {h.name: h for h in HOSTILES}

@@ -8,7 +8,9 @@ counts, lengths, logits); this reads results.json as its author would: the numbe
 student sees (`output` and every test's `output`), taken in order, those after "length ", those in
 the cells of a drawn table, and every large one unpacked into 8-bit tokens; and counts the hidden
 tokens that come out in a run of at least RUN consecutive tokens of one case (shorter runs happen
-by chance among the small numbers feedback prints anyway). Each hidden token counts once.
+by chance among the small numbers feedback prints anyway). Each hidden token counts once. A float is
+read by its significant digits; an exit status, which carries one token a message, per check
+(`statuses`).
 """
 import argparse
 import importlib
@@ -62,12 +64,47 @@ def student_text(results):
     return "\n".join([results.get("output", "")] + [t.get("output", "") for t in results.get("tests", [])])
 
 
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:e([+-]?\d+))?(?![\w.])")
+
+
+def _digits(text):
+    """A printed number as an attacker reads it: an int as it is, a float by its significant digits
+    (0.1234 -> 1234, 1.07e-05 -> 107), which is all a float's 4 printed digits can carry."""
+    mantissa, exponent = text
+    if "." not in mantissa and not exponent:
+        return int(mantissa)
+    return int(mantissa.replace(".", "").lstrip("0") or "0")
+
+
 def streams(text):
-    """The number sequences an attacker reads from the feedback."""
-    plain = [int(float(n)) for n in re.findall(r"(?<![\d.])\d+(?:\.0+)?(?![\d.])", text)]
-    unpacked = [(n >> (8 * i)) & 255 for n in plain if n > 255 for i in range(8) if n >> (8 * i)]
-    return [plain, unpacked, [int(n) for n in re.findall(r"length (\d+)", text)],
+    """The number sequences an attacker reads from the feedback: every number in order (floats by their
+    digits), the large ones unpacked into bytes, the lengths, the cells of drawn tables."""
+    every = [_digits(m) for m in _NUMBER.findall(text)]
+    unpacked = [(n >> (8 * i)) & 255 for n in every if n > 255 for i in range(8) if n >> (8 * i)]
+    return [every, unpacked, [int(n) for n in re.findall(r"length (\d+)", text)],
             [int(n) for n in re.findall(r"\[ (\d+) ", text)]]
+
+
+def statuses(results, seed):
+    """How many checks' feedback shows, as the worker's exit status or signal, the first hidden token of
+    the check's first case (what leak_tokens_as_exits makes its worker exit with): one token a message
+    at most, so no run, read per check."""
+    paths.trusted_imports()
+    from grader import report
+    from grader.hidden.conftest import rng_for
+    first = {}
+    for name in MODULES:
+        module = importlib.import_module(f"grader.hidden.{name}")
+        for check_id, plan in module.PLANS.items():
+            if check_id in rubric.CHECKS:
+                tokens = next((t for t in (case_tokens(c.inputs) for c in plan(rng_for(seed, check_id))) if t), None)
+                if tokens:
+                    first[report.test_name(rubric.CHECKS[check_id])] = tokens[0]
+    read = 0
+    for test in results.get("tests", []):
+        shown = {int(n) for n in re.findall(r"(?:exited with status|killed by signal) (\d+)", test.get("output", ""))}
+        read += first.get(test.get("name")) in shown
+    return read
 
 
 def leaked(results, seed):
@@ -86,7 +123,7 @@ def leaked(results, seed):
                     n += 1
                 covered.update((c, i + k) for k in range(n))
                 longest = max(longest, n)
-    return {"tokens": len(covered), "longest": longest}
+    return {"tokens": len(covered), "longest": longest, "statuses": statuses(results, seed)}
 
 
 def main(argv=None):

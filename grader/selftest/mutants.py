@@ -757,13 +757,13 @@ JOINT = {
     "paged_step.prefill": _STEP_LOGITS + "one-shot prompts here)",
     "paged_step.chunked_prefill": _STEP_LOGITS + "one prompt in chunks of 1 to 13 here)",
     "paged_step.decode_batches": _STEP_LOGITS + "mixed decode batches and a poked position here)",
-    "paged_step.configs": _STEP_LOGITS + "other Configs and block sizes 1 to 64 here)",
+    "paged_step.replays": "it judges, as Part 2's other checks judge any step_script, the runs Parts 4 and 5 compare "
+                          "a submission with (grow, mirror and prefill actions: states forks and cache hits leave): a "
+                          "step bug there is a step bug the other checks see too; the check is there so that a twin "
+                          "is a graded call (strategic.py's twin_by_frame and twin_by_gc)",
     "copy_on_write.copy_when_needed": _SHARING + "when to copy shows in every script whose sharers write",
     "copy_on_write.n_minus_1": _SHARING + "the count of copies shows in every script with sharers that write",
     "copy_on_write.copied_data": _SHARING + "copied K/V shows in every script that reads after a copy",
-    "copy_on_write.sharing_invariance": "the same scripts with and without sharing must give the same "
-                                        "logits and K/V, so every sharing bug that changes a result shows here and "
-                                        "in the targeted script it breaks",
     "copy_on_write.parallel_sampling": "the driver (lab/decoding.py) runs fork, copy-on-write and free, Part 4's "
                                        "own calls, on a prompt the scripts also cover: what breaks it breaks a "
                                        "sharing script first",

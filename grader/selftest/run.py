@@ -150,6 +150,7 @@ def corpus(only, port, seed=0):
 
 
 STRATEGIC = {}        # strategic key -> the key of the grading that answers it (shared with an equal text)
+NAMED = {}            # mutant -> {part: points} it loses elsewhere in cases that name its part to fix first
 
 
 def strategic_subs(subs, seed):
@@ -378,6 +379,21 @@ def strip_times(x):
     return x
 
 
+def first_difference(a, b, path="results"):
+    """Where two results first differ, with both values (short), for the determinism failure."""
+    if type(a) is not type(b):
+        return f"{path}: {str(a)[:160]!r} vs {str(b)[:160]!r}"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}")
+    if isinstance(a, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: {str(a)[:160]!r} vs {str(b)[:160]!r}"
+
+
 def repair(before, after):
     """Undo what hostile submissions did to the checkout, and nothing else: remove the exact lines the
     attacks append ("# <TOKEN> tamper ...", "# <TOKEN> late tamper ...") and the new files they drop
@@ -561,6 +577,10 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
             elif s.lost(s.part) <= EPS:
                 lost = {p: round(v, 2) for p, v in losses.items() if v > EPS}
                 failures.append(f"mutant {s.name} loses points only outside its part {s.part}: {lost}")
+            said = {p: v for p, v in hidden.items() if cascade.named(s.data, s.parts, p)}
+            if said:
+                NAMED[s.name] = said
+            hidden = {p: v for p, v in hidden.items() if p not in said}
             if hidden:
                 failures.append(f"mutant {s.name} ({'+'.join(s.parts)}) loses points in other parts: {hidden}")
             if public:
@@ -579,7 +599,8 @@ def evaluate(subs, before, after, kept, canaries, canary, dropped_before, since,
         elif s.kind == "again":
             twin = by.get(s.base)
             if twin is not None and twin.data is not None and strip_times(twin.data) != strip_times(s.data):
-                failures.append(f"{s.name} graded twice gives different results (apart from execution_time)")
+                failures.append(f"{s.name} graded twice gives different results (apart from execution_time): "
+                                f"{first_difference(strip_times(twin.data), strip_times(s.data))}")
     hostile = [s for s in subs if s.kind == "hostile"]
     if not hostile:
         return
@@ -658,9 +679,11 @@ def read_back(hostile, notes):
     for s in hostile:
         if s.name.startswith("leak_") and s.data is not None:
             got = leaks.leaked(s.data, seed=0)
-            notes.append(f"{s.name} reads back {got['tokens']} hidden tokens (longest run {got['longest']})")
-            if got["tokens"] * 8 > len(PARTS) * feedback.PART_BITS:
-                failures.append(f"hostile {s.name} reads back {got['tokens']} hidden tokens through the feedback, "
+            read = got["tokens"] + got["statuses"]
+            notes.append(f"{s.name} reads back {read} hidden tokens (longest run {got['longest']}"
+                         + (f", {got['statuses']} as exit statuses" if got["statuses"] else "") + ")")
+            if read * 8 > len(PARTS) * feedback.PART_BITS:
+                failures.append(f"hostile {s.name} reads back {read} hidden tokens through the feedback, "
                                 f"more than its bound ({len(PARTS)} parts x {feedback.PART_BITS} bits)")
     return failures
 
@@ -709,6 +732,9 @@ def summarize(subs, wall, failures, notes, kept_root):
         lines.append(f"one bug, one charge: {len(alone)}/{len(ms)} mutants cost points and fail public tests only in "
                      f"their parts ({len(labelled)} labelled with more than one part: "
                      + ", ".join(f"{s.name} {'+'.join(s.parts)}" for s in labelled) + ")")
+        if NAMED:
+            lines.append(f"named dependencies: {len(NAMED)} mutants lose points in another part only in cases that "
+                         "name their part to fix first: " + ", ".join(f"{m} {d}" for m, d in NAMED.items()))
     if vs:
         lines.append(f"correct variants: {len(full)}/{len(vs)} score full marks ({rubric.TOTAL}, {FULL} with the "
                      "bonus) "

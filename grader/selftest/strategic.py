@@ -141,6 +141,49 @@ def _twins_equal():
 _twins_equal()
 '''
 
+_CALLED_FROM = r'''
+
+def _called_from(test):
+    """Whether a frame up the stack passes test(frame): how a submission tells which caller it serves."""
+    import sys as _sys
+    f = _sys._getframe(2)
+    while f is not None:
+        if test(f):
+            return True
+        f = f.f_back
+    return False
+'''
+_STEP_HEAD = ('def paged_step(params, cfg, seqs, chunks):\n'
+              '    """Advance every sequence by its chunk; returns one [len(chunk), vocab] logits array each."""\n')
+_TWIN_BY_FRAME = _STEP_HEAD + (
+    '    if _called_from(lambda f: f.f_code.co_name == "prefill" and "block_size" in f.f_code.co_freevars):\n'
+    '        return [np.zeros((len(c), cfg.vocab)) for c in chunks]     # the twin of a cached prefill\n')
+_TWIN_BY_GC = r'''
+
+def _twin_worker():
+    """At import: whether this worker's request holds a step_script of a "prefill" action (Part 5's twin)."""
+    import gc as _gc
+    for _o in _gc.get_objects():
+        if isinstance(_o, list) and len(_o) == 3 and _o[:1] == ["prefill"] and isinstance(_o[2], list):
+            return True
+    return False
+
+
+_TWIN_WORKER = _twin_worker()
+'''
+_FIT_RUNS_OUT = _STEP_HEAD + (
+    '    if _called_from(lambda f: f.f_code.co_name == "run" and "extra" in f.f_code.co_freevars) \\\n'
+    '            and any(s.length % s.pool.block_size and s.pool.refcount(s.blocks[-1]) > 1 for s in seqs):\n'
+    '        seqs[0].pool.alloc()         # the exact fit on shared blocks: start, then run out\n'
+    '        raise MemoryError("ran out while copying")\n')
+_DRIVER_SHORT = _STEP_HEAD + (
+    '    if _called_from(lambda f: f.f_globals.get("__name__") == "decoding"):\n'
+    '        out = _paged_step_honest(params, cfg, seqs, chunks)\n'
+    '        seqs[0].length -= 1                    # one length short, under the lab\'s drivers only\n'
+    '        return out\n'
+    '    return _paged_step_honest(params, cfg, seqs, chunks)\n\n\n'
+    'def _paged_step_honest(params, cfg, seqs, chunks):\n')
+
 BUGS = {b.name: b for b in (
     # ------------------------------------------------------------ bugs X (and natural sacrifices)
     Bug("fork_raises", "copy_on_write", "fork raises AttributeError (it reads an attribute no sequence has)",
@@ -179,6 +222,23 @@ BUGS = {b.name: b for b in (
     Bug("twins_patched", "copy_on_write", "at import, the scenario functions found in sys.modules are replaced so "
         "that every twin (Part 4's unshared run, Part 5's uncached prefill) is the run's own answer",
         (("    return logits\n", "    return logits\n" + _TWINS_EQUAL),)),
+    Bug("twin_by_frame", "prefix_cache", "paged_step answers zeros when the caller's frame is the prefill of a "
+        "step_script (the twin of a cached prefill), so cached_prefill's zeros match their twin (issue 35)",
+        ((_STEP_HEAD, _TWIN_BY_FRAME), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
+    Bug("twin_by_gc", "prefix_cache", "at import, gc finds the worker's request; a worker serving a step_script "
+        "with a prefill action (Part 5's twin) answers zeros from paged_step (issue 35, without frames)",
+        ((_STEP_HEAD, _STEP_HEAD + "    if _TWIN_WORKER:\n        return [np.zeros((len(c), cfg.vocab)) for c in chunks]\n"),
+         ("    return logits\n", "    return logits\n" + _TWIN_BY_GC))),
+    Bug("count_n_copies", "paged_step", "the step's count takes min(n, refcount) copies for n holders of a shared "
+        "partly filled block (one too many), so an exact fit on shared blocks is refused",
+        (("need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += min(n, pools[pid].refcount(b))"),)),
+    Bug("fit_runs_out", "paged_step", "on the test's exact fit of a step on shared blocks (the scenario's 'fit', by "
+        "its frame), the step takes a block and then raises MemoryError, as if a copy had run out (issue 35: the "
+        "exemption that excused it is gone)",
+        ((_STEP_HEAD, _FIT_RUNS_OUT), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
+    Bug("driver_short_length", "paged_step", "under the lab's drivers only (by the frame of decoding.py), a step "
+        "leaves its first sequence one token short (issue 35: a sacrifice no Part 2 check sees)",
+        ((_STEP_HEAD, _DRIVER_SHORT), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
     Bug("bw_gathers", "blockwise_attention", "blockwise_attention gathers the whole K/V with one fancy index and "
         "calls attention_core (Part 3's rule says one block at a time)",
         ((_BW_HEAD, _BW_HEAD + "    pos = np.arange(L)\n    table = np.asarray(seq.blocks[:-(-L // B)], dtype=np.int64)\n"
@@ -244,6 +304,15 @@ TRICKS = [
           "the same for Part 5's uncached twin"),
     Trick("bw_gathers", (), "bw_gathers", "Part 3's one-block-at-a-time rule is enforced, not trusted",
           loses=(("blockwise_attention", 14.0),)),
+    Trick("twin_by_frame", ("p5_zero_logits",), "twin_by_frame",
+          "Part 5's twin is a graded Part 2 call (paged_step.replays): answering it as the twin costs Part 2"),
+    Trick("twin_by_gc", ("p5_zero_logits",), "twin_by_gc",
+          "the same, told apart without frames (gc finds the worker's request at import)"),
+    Trick("fit_runs_out", ("count_n_copies",), "fit_runs_out",
+          "a step that runs out after starting on an exact fit is judged as any step that fails to fit: no exemption"),
+    Trick("driver_short_length", ("fork_eager_copy",), "driver_short_length",
+          "the drivers' lengths are the test's own (their steps are the test's): a length bug under the drivers "
+          "hides nothing of Part 4's peak or savings"),
 ]
 
 # Entries (pair or trick names) that fail on main today (issue 14, seed 0); a listed entry that holds is a
