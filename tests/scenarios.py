@@ -612,18 +612,20 @@ def cow_probe(pk, cfg=None):
         return [as_int(b) for b in seq.blocks] != before
 
     def shared():
-        pool = new_pool(pk, config(cfg), 8, 4)
+        pool = new_pool(pk, config(cfg), 10, 4)
         seqs = [pk.PagedSequence(pool) for _ in range(3)]
-        grow(pool, seqs[0], 2, 0)
-        original = as_int(seqs[0].blocks[0])
+        grow(pool, seqs[0], 6, 0)                   # a full block, then 2 of 4 positions
+        table = [as_int(b) for b in seqs[0].blocks]
         for seq in seqs[1:]:
-            pool.incref(original)
-            seq.blocks, seq.length = [original], 2
+            for b in table:
+                pool.incref(b)
+            seq.blocks, seq.length = list(table), 6
         for seq in seqs:
             seq.reserve(1)
-        firsts = [as_int(seq.blocks[0]) if len(seq.blocks) == 1 else None for seq in seqs]
-        return None in firsts or len(set(firsts)) != 3 or firsts.count(original) != 1 \
-            or any(as_int(pool.refcount(b)) != 1 for b in firsts)
+        lasts = [as_int(seq.blocks[1]) if [as_int(b) for b in seq.blocks[:1]] == table[:1] and len(seq.blocks) == 2
+                 else None for seq in seqs]
+        return None in lasts or len(set(lasts)) != 3 or lasts.count(table[1]) != 1 \
+            or any(as_int(pool.refcount(b)) != 1 for b in lasts) or as_int(pool.refcount(table[0])) != 3
     try:
         result, error = attempt(lambda: unshared() or shared())
     except NotImplementedError:

@@ -22,29 +22,45 @@ def attention(name, rng, cfg, n_blocks, block_size, lengths, layers):
 
 
 def plan_boundaries(rng):
+    """Lengths k*B - 1, k*B and k*B + 1 for k = 1, 2, 3, every layer: block sizes 1, 3, 4 and 16 on every
+    seed, and one drawn."""
     cases = []
-    for B in (1, pick(rng, (2, 3, 5)), pick(rng, (4, 7, 9)), 16):
+    for B in (1, 3, 4, 16, pick(rng, (2, 5, 7, 9))):
         lengths = [k * B + d for k in (1, 2, 3) for d in (-1, 0, 1) if k * B + d >= 1]
         cases.append(attention(f"block size {B}", rng, None, 3 * 3 + 4 + 2, B, lengths,
-                               rng.integers(0, 2, len(lengths))))
+                               [i % 2 for i in range(len(lengths))]))
     return cases
 
 
 def plan_tables_layers(rng):
+    """Non-monotone tables (random permutations of just enough blocks, sometimes a spare one), every
+    layer; large scores, where a softmax needs each head's own maximum."""
     cases = []
-    for B in (pick(rng, (3, 4, 6)), pick(rng, (8, 11))):
-        lengths = rng.integers(1, 12 * B, 8)
+    for B, lengths in ((3, [1, 5, 13, 20, 33, 2, 17, 35]), (8, [9, 70, 8, 40, 95, 1, 24, 63])):
         cases.append(attention(f"block size {B}", rng, None, 16, B, lengths, [0, 1] * 4))
-    large = attention("large scores (a softmax needs each head's own maximum)", rng, None, 16, pick(rng, (3, 5)),
-                      rng.integers(2, 30, 4), [0, 1, 1, 0])
+    B = pick(rng, (4, 6, 11))
+    cases.append(attention(f"block size {B}", rng, None, 16, B, rng.integers(1, 12 * B, 6), [0, 1] * 3))
+    large = attention("large scores (a softmax needs each head's own maximum)", rng, None, 16, 5, [7, 23, 2, 29],
+                      [0, 1, 1, 0])
     for c in large.inputs["cases"]:
         c["q_scale"] = float(rng.uniform(800, 1000))
     return cases + [large]
 
 
+FIXED_CONFIGS = (
+    ({"vocab": 50, "d_model": 6, "n_layers": 3, "n_heads": 1, "d_head": 2, "d_ff": 8, "max_len": 120}, 1),
+    ({"vocab": 50, "d_model": 20, "n_layers": 1, "n_heads": 5, "d_head": 7, "d_ff": 30, "max_len": 150}, 13),
+)
+
+
 def plan_configs(rng):
+    """Other Configs (one layer, one head, odd head sizes) and block sizes: two on every seed, two drawn."""
     cases = []
-    for i in range(3):
+    for i, (cfg, B) in enumerate(FIXED_CONFIGS):
+        n_blocks = max(4, 200 // B)
+        cases.append(attention(f"Config {i}, block size {B}", rng, cfg, n_blocks, B, [1, B, B + 1, 2 * B + 3, 60],
+                               [k % cfg["n_layers"] for k in range(5)]))
+    for i in range(2, 4):
         cfg = random_config(rng)
         B = pick(rng, ODD_BLOCK_SIZES)
         n_blocks = max(4, 200 // B)

@@ -27,104 +27,129 @@ def partial(rng, B, most=3):
     return int(rng.integers(1, most + 1)) * B + int(rng.integers(1, B))
 
 
+def fork_case(rng, B, first):
+    actions = [["new"], grow(rng, 0, first), ["fork", 0], ["fork", 0], ["fork", 2],
+               grow(rng, 3, 1), ["fork", 3], ["new"], ["fork", 5], grow(rng, 6, 2), ["fork", 1]]
+    return sharing_case(f"block size {B}, {first} positions", actions, block_size=B)
+
+
 def plan_fork(rng):
-    cases = []
-    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 8))):
-        actions = [["new"], grow(rng, 0, int(rng.integers(1, 4 * B))), ["fork", 0], ["fork", 0], ["fork", 2],
-                   grow(rng, 3, 1), ["fork", 3], ["new"], ["fork", 5], grow(rng, 6, 2), ["fork", 1]]
-        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
-    B = pick(rng, (3, 4, 5))
-    actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["fork", 1],
+    """Forks of a partly filled table, of a full one, of an empty sequence, of forks: the same shapes for
+    every seed (block sizes 3 and 4, lengths 7 and 8), then one drawn."""
+    cases = [fork_case(rng, 3, 7), fork_case(rng, 4, 8)]
+    B = 5
+    actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["fork", 1],
                grow(rng, 2, 1), grow(rng, 0, 2), ["fork", 2], grow(rng, 3, B)]
     cases.append(sharing_case(f"forks of forks, block size {B}", actions, block_size=B))
-    return cases
+    B = pick(rng, (2, 5, 6, 8))
+    return cases + [fork_case(rng, B, int(rng.integers(1, 4 * B)))]
+
+
+def when_case(rng, B, part_len, full):
+    actions = [["new"], ["new"], grow(rng, 0, part_len), grow(rng, 1, full),
+               ["fork", 0], ["fork", 1],
+               grow(rng, 2, 1), grow(rng, 0, 1),                      # one copy, then in place
+               grow(rng, 3, 1), grow(rng, 1, 1),                      # a full shared block: no copy
+               ["fork", 2], grow(rng, 4, B), grow(rng, 2, 2),
+               ["fork", 1], ["reserve", 5, 1]]
+    return sharing_case(f"block size {B}", actions, block_size=B)
 
 
 def plan_copy_when_needed(rng):
-    cases = []
-    for B in (pick(rng, (3, 5)), pick(rng, (4, 6, 7))):
-        full = int(rng.integers(1, 3)) * B
-        actions = [["new"], ["new"], grow(rng, 0, partial(rng, B, 2)), grow(rng, 1, full),
-                   ["fork", 0], ["fork", 1],
-                   grow(rng, 2, 1), grow(rng, 0, 1),                      # one copy, then in place
-                   grow(rng, 3, 1), grow(rng, 1, 1),                      # a full shared block: no copy
-                   ["fork", 2], grow(rng, 4, B), grow(rng, 2, 2),
-                   ["fork", 1], ["reserve", 5, 1]]
-        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
-    return cases
+    B = pick(rng, (5, 6, 7))
+    return [when_case(rng, 3, 4, 3), when_case(rng, 4, 10, 8), when_case(rng, 2, 3, 4),
+            when_case(rng, B, partial(rng, B, 2), int(rng.integers(1, 3)) * B)]
+
+
+def holders_case(rng, n, B, length, sizes):
+    actions = [["new"], grow(rng, 0, length)] + [["fork", 0]] * (n - 1)
+    actions += [grow(rng, i, size) for i, size in sizes]
+    return sharing_case(f"{n} holders, block size {B}", actions, block_size=B)
 
 
 def plan_n_minus_1(rng):
-    cases = []
-    for n in (2, int(rng.integers(3, 6))):
-        B = pick(rng, (4, 5, 16))
-        actions = [["new"], grow(rng, 0, partial(rng, B))] + [["fork", 0]] * (n - 1)
-        actions += [grow(rng, i, int(rng.integers(1, B + 2))) for i in rng.permutation(n).tolist()]
-        cases.append(sharing_case(f"{n} holders, block size {B}", actions, block_size=B))
-    n, B = int(rng.integers(3, 7)), pick(rng, (3, 5, 7))
-    actions = [["new"], grow(rng, 0, partial(rng, B))] + [["fork", 0]] * (n - 1)
-    order = rng.permutation(n).tolist()
+    """n holders of a partly filled block write in turn: n - 1 copies, the last writes in place."""
+    cases = [holders_case(rng, 2, 4, 6, [(1, 1), (0, 3)]),
+             holders_case(rng, 4, 5, 7, [(2, 1), (0, 6), (3, 2), (1, 1)]),
+             holders_case(rng, 3, 16, 17, [(0, 1), (2, 16), (1, 2)])]
+    n, B = 5, 3
+    actions = [["new"], grow(rng, 0, 2 * B + 2)] + [["fork", 0]] * (n - 1)
+    order = [3, 0, 4, 1, 2]
     actions += [grow(rng, i, 1) for i in order] + [grow(rng, i, 1) for i in order[::-1]]
     cases.append(sharing_case(f"{n} holders writing a token each, twice, block size {B}", actions, block_size=B))
-    return cases
+    n, B = int(rng.integers(3, 6)), pick(rng, (4, 5, 7))
+    order = rng.permutation(n).tolist()
+    return cases + [holders_case(rng, n, B, partial(rng, B), [(i, int(rng.integers(1, B + 2))) for i in order])]
+
+
+def data_case(rng, B):
+    actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["fork", 0], grow(rng, 1, 1), grow(rng, 0, B),
+               ["fork", 1], grow(rng, 3, 2), grow(rng, 2, 1), ["free", 1], grow(rng, 3, B + 1), ["free", 0],
+               ["new"], grow(rng, 4, 3 * B - 1), grow(rng, 2, 1)]
+    return sharing_case(f"block size {B}", actions, block_size=B)
 
 
 def plan_copied_data(rng):
-    cases = []
-    for B in (pick(rng, (2, 3)), pick(rng, (5, 7)), pick(rng, (4, 9))):
-        actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["fork", 0], grow(rng, 1, 1), grow(rng, 0, B),
-                   ["fork", 1], grow(rng, 3, 2), grow(rng, 2, 1), ["free", 1], grow(rng, 3, B + 1), ["free", 0],
-                   ["new"], grow(rng, 4, 3 * B - 1), grow(rng, 2, 1)]
-        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
-    return cases
+    return [data_case(rng, B) for B in (2, 3, 5, 4, pick(rng, (6, 7, 9)))]
+
+
+def free_case(rng, B, first, later):
+    actions = [["new"], ["free", 0], grow(rng, 0, first), ["fork", 0],
+               ["fork", 1], grow(rng, 1, 1), ["free", 0], grow(rng, 2, 2),
+               ["free", 1], ["free", 1], grow(rng, 1, later),
+               ["free", 2], ["free", 1], ["new"], grow(rng, 3, 3), grow(rng, 0, B)]
+    return sharing_case(f"block size {B}", actions, block_size=B)
 
 
 def plan_free(rng):
-    cases = []
-    for B in (pick(rng, (2, 3)), pick(rng, (4, 5, 9))):
-        actions = [["new"], ["free", 0], grow(rng, 0, int(rng.integers(2, 4 * B))), ["fork", 0],
-                   ["fork", 1], grow(rng, 1, 1), ["free", 0], grow(rng, 2, 2),
-                   ["free", 1], ["free", 1], grow(rng, 1, int(rng.integers(1, 3 * B))),
-                   ["free", 2], ["free", 1], ["new"], grow(rng, 3, 3), grow(rng, 0, B)]
-        cases.append(sharing_case(f"block size {B}", actions, block_size=B))
-    B = pick(rng, (3, 4))
-    actions = [["new"], grow(rng, 0, partial(rng, B)), ["fork", 0], ["free", 0],
+    cases = [free_case(rng, 2, 5, 3), free_case(rng, 4, 8, 9)]
+    B = 3
+    actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["free", 0],
                grow(rng, 1, 1), ["fork", 1], ["free", 1], grow(rng, 0, 3), grow(rng, 0, 1), grow(rng, 2, 1)]
     cases.append(sharing_case(f"free after fork, block size {B}", actions, block_size=B))
-    return cases
+    B = pick(rng, (3, 5, 9))
+    return cases + [free_case(rng, B, int(rng.integers(2, 4 * B)), int(rng.integers(1, 3 * B)))]
+
+
+def invariance_case(rng, B, first, chunk):
+    actions = [["new"], grow(rng, 0, first), ["fork", 0], ["fork", 0]]
+    actions += [["step", [2, 0, 1], [tokens(rng, 1), tokens(rng, chunk), tokens(rng, 2)]]]
+    actions += [["fork", 1], ["free", 0], ["step", [3, 1], [tokens(rng, B), tokens(rng, 1)]]]
+    actions += [["fork", 3], ["step", [4, 2, 3], [tokens(rng, 1)] * 3], ["free", 2], ["new"], grow(rng, 5, 2 * B),
+                ["step", [5, 4], [tokens(rng, 1), tokens(rng, 1)]]]
+    return sharing_case(f"block size {B}", actions, block_size=B, twin=True)
 
 
 def plan_sharing_invariance(rng):
-    cases = []
-    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 16))):
-        actions = [["new"], grow(rng, 0, int(rng.integers(B, 4 * B))), ["fork", 0], ["fork", 0]]
-        actions += [["step", [2, 0, 1], [tokens(rng, 1), tokens(rng, int(rng.integers(1, B + 1))), tokens(rng, 2)]]]
-        actions += [["fork", 1], ["free", 0], ["step", [3, 1], [tokens(rng, B), tokens(rng, 1)]]]
-        actions += [["fork", 3], ["step", [4, 2, 3], [tokens(rng, 1)] * 3], ["free", 2], ["new"], grow(rng, 5, 2 * B),
-                    ["step", [5, 4], [tokens(rng, 1), tokens(rng, 1)]]]
-        cases.append(sharing_case(f"block size {B}", actions, block_size=B, twin=True))
-    return cases
+    """Forks stepped by paged_step: the same logits and K/V as the same code without sharing (its twin,
+    a second run graded as Part 2's paged_step.replays)."""
+    return [invariance_case(rng, 3, 7, 2), invariance_case(rng, 4, 8, 4)]
+
+
+def sampling_case(rng, n, B, prompt_len, max_new):
+    return Case(f"{n} samples, block size {B}, a {prompt_len}-token prompt", "sampling", {
+        "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, prompt_len),
+        "n": n, "max_new": max_new, "temperature": float(rng.uniform(0.6, 1.5)),
+        "seed": seed(rng), "n_blocks": 200, "block_size": B, "choose_seed": seed(rng)})
 
 
 def plan_parallel_sampling(rng):
-    cases = []
-    for n in (2, int(rng.integers(3, 5)), int(rng.integers(5, 7))):
-        B = pick(rng, ODD_BLOCK_SIZES[1:12])
-        cases.append(Case(f"{n} samples, block size {B}", "sampling", {
-            "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 60))),
-            "n": n, "max_new": int(rng.integers(4, 16)), "temperature": float(rng.uniform(0.6, 1.5)),
-            "seed": seed(rng), "n_blocks": 200, "block_size": B, "choose_seed": seed(rng)}))
-    return cases
+    """A prompt with a partly filled last block and one that fills whole blocks, then one drawn."""
+    n, B = int(rng.integers(3, 7)), pick(rng, ODD_BLOCK_SIZES[1:12])
+    return [sampling_case(rng, 2, 4, 10, 7), sampling_case(rng, 4, 5, 15, 9), sampling_case(rng, 6, 3, 7, 12),
+            sampling_case(rng, n, B, int(rng.integers(B, 60)), int(rng.integers(4, 16)))]
+
+
+def beams_case(rng, k, B, prompt_len, steps):
+    return Case(f"beam width {k}, block size {B}, a {prompt_len}-token prompt", "beams", {
+        "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, prompt_len),
+        "k": k, "steps": steps, "n_blocks": 300, "block_size": B, "choose_seed": seed(rng)})
 
 
 def plan_beam_search(rng):
-    cases = []
-    for k in (2, int(rng.integers(3, 5)), int(rng.integers(5, 7))):
-        B = pick(rng, ODD_BLOCK_SIZES[1:12])
-        cases.append(Case(f"beam width {k}, block size {B}", "beams", {
-            "cfg": None, "param_seed": int(rng.integers(1 << 20)), "prompt": tokens(rng, int(rng.integers(B, 40))),
-            "k": k, "steps": int(rng.integers(4, 12)), "n_blocks": 300, "block_size": B, "choose_seed": seed(rng)}))
-    return cases
+    k, B = int(rng.integers(3, 7)), pick(rng, ODD_BLOCK_SIZES[1:12])
+    return [beams_case(rng, 2, 3, 7, 8), beams_case(rng, 4, 4, 12, 10), beams_case(rng, 5, 2, 9, 6),
+            beams_case(rng, k, B, int(rng.integers(B, 40)), int(rng.integers(4, 12)))]
 
 
 PLANS = {

@@ -54,15 +54,16 @@ def other(rng, first, n):
     return out
 
 
-def system_prompt(rng, B, blocks=(2, 4)):
-    """A shared prompt of k full blocks and r more tokens (0 <= r < B)."""
-    return tokens(rng, int(rng.integers(*blocks)) * B + int(rng.integers(0, B)))
+def system_prompt(rng, B, blocks=(2, 4), rest=None):
+    """A shared prompt of k full blocks and r more tokens (0 <= r < B; `rest` fixes r, `blocks` an int k)."""
+    k = blocks if isinstance(blocks, int) else int(rng.integers(*blocks))
+    return tokens(rng, k * B + (int(rng.integers(0, B)) if rest is None else rest))
 
 
 def plan_hits(rng):
     cases = []
-    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 7, 8)), 1):
-        S = system_prompt(rng, B, blocks=(2, 4) if B > 1 else (5, 12))
+    for B, k, r in ((3, 2, 1), (4, 3, 0), (1, 7, 0), (pick(rng, (2, 5, 7, 8)), None, None)):
+        S = system_prompt(rng, B, blocks=k or (2, 4), rest=r)
         k = len(S) // B
         q1 = tokens(rng, int(rng.integers(1, 2 * B + 2)))
         q2 = other(rng, q1[0], int(rng.integers(1, 2 * B + 2)))
@@ -78,7 +79,7 @@ def plan_hits(rng):
 
 def plan_keys(rng):
     cases = []
-    for B in (pick(rng, (2, 3, 4)), pick(rng, (5, 6, 8))):
+    for B in (2, 5, pick(rng, (3, 4, 6, 8))):
         P, Q, R, R2, R3, Y, Z = (tokens(rng, B) for _ in range(7))
         X, Q2 = other(rng, P[0], B), other(rng, Q[0], B)
         tail = tokens(rng, int(rng.integers(1, B))) if B > 1 else []
@@ -97,8 +98,8 @@ def plan_keys(rng):
 
 def plan_logits(rng):
     cases = []
-    for B in (pick(rng, (2, 3, 5)), pick(rng, (4, 8, 16))):
-        S = system_prompt(rng, B, blocks=(2, 4))
+    for B, k, r in ((3, 2, 2), (4, 3, 0), (pick(rng, (2, 5, 8, 16)), None, None)):
+        S = system_prompt(rng, B, blocks=k or (2, 4), rest=r)
         q = [tokens(rng, int(rng.integers(1, 2 * B + 2)))]
         q += [other(rng, q[0][0], int(rng.integers(1, 2 * B + 2))) for _ in range(3)]
         # Overwrites come after every block a later request hits was computed: a block computed after
@@ -114,7 +115,7 @@ def plan_logits(rng):
 
 
 def plan_eviction(rng):
-    B = pick(rng, (2, 3, 4, 5))
+    B = 3
     P, Q, R, R2, R3, W = (tokens(rng, B) for _ in range(6))
     t = tokens(rng, 1)
     actions = [["seq", P + Q + R + t, seed(rng)], ["insert", 0],          # 0.0 0.1 0.2 cached, oldest first 0.2 0.1 0.0
@@ -125,17 +126,16 @@ def plan_eviction(rng):
                ["lookup", P + Q + R3 + W + t],                            # no cascade: 2.2, 2.3 cached, unreachable
                ["seq", P + Q, seed(rng)], ["insert", 3], ["lookup", P + Q + R3 + W + t],
                ["release", 2], ["release", 3], ["evict", 1], ["evict", 2], ["evict", 9]]
-    cases = [prefix_case(f"a hand-made script, block size {B}", actions, B), skipped_key_case(rng)]
+    cases = [prefix_case(f"a hand-made script, block size {B}", actions, B), skipped_key_case(rng, 4)]
     for i in range(2):
         B = pick(rng, (1, 2, 3, 4))
         cases.append(prefix_case(f"random script {i + 1}, block size {B}", random_eviction_script(rng, B), B))
     return cases
 
 
-def skipped_key_case(rng):
+def skipped_key_case(rng, B):
     """An insert that skips a key (its block caches another key) still counts the cached block of every
     other full block as used, those before the skipped one included."""
-    B = pick(rng, (2, 3, 4, 5))
     P, Q, R, Y, Z = (tokens(rng, B) for _ in range(5))
     X, W = other(rng, P[0], B), other(rng, Q[0], B)
     t = tokens(rng, 1)
@@ -174,7 +174,7 @@ def random_eviction_script(rng, B, length=40):
 
 def plan_exhaustion(rng):
     cases = []
-    for B in (pick(rng, (3, 4)), pick(rng, (5, 6))):
+    for B in (3, 5, pick(rng, (4, 6))):
         A = tokens(rng, 3 * B + int(rng.integers(1, B)))          # 3 full blocks cached, a 4th partly filled
         U = other(rng, A[0], 2 * B + int(rng.integers(1, B)))     # 2 full blocks cached
         n = 12 + int(rng.integers(0, 4))
@@ -196,7 +196,10 @@ def plan_exhaustion(rng):
 
 
 def plan_errors(rng):
-    B = pick(rng, (2, 3, 4, 5))
+    return [errors_case(rng, 3), errors_case(rng, pick(rng, (2, 4, 5)))]
+
+
+def errors_case(rng, B):
     S = tokens(rng, 2 * B + int(rng.integers(1, B + 1)))
     T = tokens(rng, 3 * B + 1)
     bad = int(rng.integers(VOCAB, VOCAB + 50))
@@ -208,7 +211,7 @@ def plan_errors(rng):
                ["evict", -1], ["evict", 0], ["insert", 4], ["release", 4],
                ["hold_until", 0], ["request", S[:2 * B] + [bad]], ["bad_prefill", "filled", S],
                ["request", S + tokens(rng, 4 * B)]]                # and the pool is full: MemoryError
-    return [prefix_case(f"block size {B}", actions, B, n_blocks=24)]
+    return prefix_case(f"block size {B}", actions, B, n_blocks=24)
 
 
 PLANS = {

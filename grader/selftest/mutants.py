@@ -754,6 +754,10 @@ JOINT = {
                            "script (empty the pool, refill past the old peak) is where it is said plainly",
     "allocator.exhaustion": _POOL_VIEW + "a full pool shows wherever a script fills the pool (bad_ids' and "
                             "copy_block's full pools too)",
+    "blockwise_attention.boundaries": "its lengths k*B - 1, k*B and k*B + 1 are where an off-by-one in the blocks "
+                                      "or slots read shows; the tables and configs checks draw lengths that land on "
+                                      "such boundaries too (length 1, a block's size, one more), so a boundary bug "
+                                      "shows there as well",
     "paged_step.prefill": _STEP_LOGITS + "one-shot prompts here)",
     "paged_step.chunked_prefill": _STEP_LOGITS + "one prompt in chunks of 1 to 13 here)",
     "paged_step.decode_batches": _STEP_LOGITS + "mixed decode batches and a poked position here)",
