@@ -80,7 +80,7 @@ class SideBySide:
             what, (k, v) = self.succeeds(seq.read, layer, twin.length)
             for name, got, want in (("K", k, twin.k[layer, 0, :twin.length]), ("V", v, twin.v[layer, 0, :twin.length])):
                 support.close(f"{what}[{'01'[name == 'V']}] ({name}, index [position, head, d]) vs the contiguous "
-                              f"cache, through the table {list(seq.blocks)}", want, sc.as_array(got), 0.0, SECTION)
+                              f"cache, through the table {list(seq.blocks)}", want, sc.as_array(got), support.TOL_LOGITS, SECTION)
 
     def leave_free(self, n):
         """The test takes blocks until exactly n are free (by your pool.n_free)."""

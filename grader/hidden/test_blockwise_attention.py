@@ -49,7 +49,7 @@ def plan_tables_layers(rng):
 
 FIXED_CONFIGS = (
     ({"vocab": 50, "d_model": 6, "n_layers": 3, "n_heads": 1, "d_head": 2, "d_ff": 8, "max_len": 120}, 1),
-    ({"vocab": 50, "d_model": 20, "n_layers": 1, "n_heads": 5, "d_head": 7, "d_ff": 30, "max_len": 150}, 13),
+    ({"vocab": 50, "d_model": 20, "n_layers": 1, "n_heads": 5, "d_head": 7, "d_ff": 30, "max_len": 150}, 24),
 )
 
 
