@@ -61,6 +61,7 @@ def finish(rows, level=DEFAULT):
     if level not in LEVELS:
         raise ValueError(f"feedback level {level!r}: one of {', '.join(LEVELS)}")
     left = dict.fromkeys(rubric.ALL_PARTS, PART_BITS)
+    seen = {part: set() for part in rubric.ALL_PARTS}       # texts the part's messages have shown so far
     said = [{} for _ in rows]
     order = []                      # (round, row, message): every check's first shown message, then seconds...
     for r, row in enumerate(rows):
@@ -68,19 +69,24 @@ def finish(rows, level=DEFAULT):
             for k, message in enumerate(dict.fromkeys(row["failures"])):
                 order.append((k, r, message))
     for k, r, message in sorted(order, key=lambda x: (rubric.ALL_PARTS.index(rows[x[1]]["check"].part), x[0], x[1])):
-        said[r][message] = resolve(message, level, left, rows[r]["check"].part, spend=k < MAX_FEEDBACK)
+        part = rows[r]["check"].part
+        said[r][message] = resolve(message, level, left, part, spend=k < MAX_FEEDBACK, seen=seen[part])
     if level == "points":           # one note per failing check: no message, no count of messages
         return [{**row, "failures": [POINTS_NOTE] if row["cases"] and row["failures"] else row["failures"]}
                 for row in rows]
     return [{**row, "failures": [said[r].get(m, m) for m in row["failures"]]} for r, row in enumerate(rows)]
 
 
-def resolve(text, level, left, part, spend=True):
+def resolve(text, level, left, part, spend=True, seen=None):
     """One message at `level`: marks resolved, the bits shown counted against `left[part]` and
-    MESSAGE_BITS (only when `spend`: a message that will not be shown shows nothing)."""
+    MESSAGE_BITS (only when `spend`: a message that will not be shown shows nothing). `seen`: the texts
+    the part's earlier messages showed (resolved in a fixed order, so a reader knows them too): a value
+    that repeats one costs only which of them it is, here as within one message; it grows with what
+    this message shows."""
     if level == "points":
         return ""
-    state = {"level": level, "left": left, "part": part, "spend": spend, "spent": 0, "seen": set(),
+    seen = set() if seen is None else seen
+    state = {"level": level, "left": left, "part": part, "spend": spend, "spent": 0, "seen": seen,
              "pieces": 0, "held": False, "elided": False}
     lines = [line for line in _render(_parse(text), state).split("\n") if line.strip() != DROPPED]
     notes = [f"  {note}" for note, due in ((range_note(), state["held"]), (BRIEF_NOTE, state["elided"])) if due]
@@ -169,7 +175,7 @@ def _render(nodes, state):
                     and state["spent"] + cost <= MESSAGE_BITS and cost <= state["left"][state["part"]]:
                 state["spent"] += cost
                 state["left"][state["part"]] -= cost
-                state["seen"] = seen
+                state["seen"].update(seen)
                 out.append(node[2] if kind == "value" else _render_paid(node[3]))
             else:
                 state["held"] = True

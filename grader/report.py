@@ -72,20 +72,24 @@ def not_graded(rows, part):
 def first_to_fix(rows, part):
     """Lines naming the part's first failing check and the start of its first difference (whole
     pieces of it: firstdiff.quote), then, once, the other checks of the part whose first difference
-    is the same (one cause, many checks)."""
+    is the same (one cause, many checks). Of the checks that share the first cause, the one named is
+    the one it fails most (fewest cases passed): the check about what differed, not merely the first
+    that met it (an alloc on a full pool is the exhaustion check's, though peak_used's scripts fill a
+    pool too)."""
     failing = [r for r in rows if r["check"].part == part and r["points"] < r["check"].points]
     if not failing:
         return []
     if part in rubric.BONUS_PARTS and not_graded(rows, part):
         return [f"  {not_graded(rows, part)}"]
-    row = failing[0]
+    said = firstdiff.cause(failing[0]["check"].title, (failing[0]["failures"] or [""])[0])
+    group = [r for r in failing if said is not None and r["failures"]
+             and firstdiff.cause(r["check"].title, r["failures"][0]) == said] or failing[:1]
+    row = min(group, key=lambda r: (r["passed"] / r["cases"] if r["cases"] else 0.0, failing.index(r)))
     cases = f" ({row['passed']} of {row['cases']} cases passed)" if row["cases"] else ""
     first = (row["failures"] or [""])[0]
     lines = [f"  First to fix: {row['check'].title}{cases}",
              *(f"      {line}" for line in firstdiff.quote(row["check"].title, first, FIRST_LINES))]
-    said = firstdiff.cause(row["check"].title, first)
-    same = [r["check"] for r in failing[1:] if said is not None and r["failures"]
-            and firstdiff.cause(r["check"].title, r["failures"][0]) == said]
+    same = [r["check"] for r in group if r is not row]
     if same:
         names = "; ".join(re.split(r"[:;]", c.title)[0] for c in same)
         lines.append(f"  The same first difference fails {len(same)} more check{'s' * (len(same) > 1)} of this part "

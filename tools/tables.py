@@ -5,7 +5,8 @@
 
 A generated table sits between a line `<!-- table: NAME -->` and a line `<!-- /table -->`; NAME is
 `parts` (the parts of the 100 points and their points), `checks` (every check of those parts, a
-total per part and the total) or `bonus` (the extra-credit checks, a total per bonus part). The text
+total per part and the total), `bonus` (the extra-credit checks, a total per bonus part) or `bound`
+(README.md: the most one submission's feedback can tell, grader/feedback.py's figures). The text
 around the markers is the editions' own; checks/test_tables.py keeps the committed tables equal to
 these, so a check's points or titles change in the registry alone.
 """
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import registry  # noqa: E402
 
 EDITIONS = {"assignment.md": False, "assignment.zh-CN.md": True}     # file -> Chinese?
+GENERATED = {**EDITIONS, "README.md": False}     # every file with generated regions (README: the feedback bound)
 REGION = re.compile(r"^<!-- table: (\w+) -->\n(.*?)^<!-- /table -->$", re.M | re.S)
 WORDS = {   # (English, Chinese)
     "parts_header": ("| part | what | points |", "| Part | 内容 | 分数 |"),
@@ -61,7 +63,27 @@ def table(name, zh):
             [f"| | **{_word('total', zh)}** | **{total}** |"]
     if name == "bonus":
         return [_word("bonus_header", zh), "|---|---|---:|"] + _check_rows(registry.bonus(), zh, "bonus_total")
-    raise ValueError(f"no generated table named {name!r} (parts, checks, bonus)")
+    if name == "bound":
+        return _bound()
+    raise ValueError(f"no generated table named {name!r} (parts, checks, bonus, bound)")
+
+
+def _bound():
+    """README's sentence on the most one submission's feedback can tell (grader/feedback.py's figures)."""
+    sys.path.insert(0, str(ROOT))
+    from grader import feedback, rubric
+    n, parts = len(rubric.CHECKS), len(rubric.ALL_PARTS)
+    b = {level: f"{round(feedback.bound_bits(level)):,}" for level in feedback.LEVELS}
+    return [f"per check how many of its at most {feedback.MOST_CASES} cases passed (and, but at `points`, how many",
+            f"failing ones it leaves unsaid), {n} checks; per message shown ({feedback.MAX_FEEDBACK} per check) where "
+            "the answer first",
+            f"differs (which case and how many share the message, the action of at most 256, the field: "
+            f"{feedback.PLACE_BITS} bits), and",
+            f"at `full` where the message stops showing values ({feedback.STOP_BITS} bits) and the values, "
+            f"{feedback.PART_BITS} bits for",
+            f"each of the {parts} parts. In all: `full` {b['full']} bits, `brief` {b['brief']} bits, `points` "
+            f"{b['points']} bits per",
+            "submission (for scale: the hidden inputs hold about 3,500 tokens of 8 bits per student)."]
 
 
 def rewrite(text, zh):
@@ -78,8 +100,8 @@ def tables_in(text):
 
 
 def stale(root=ROOT):
-    """The editions whose committed tables are not the generated ones."""
-    return [name for name, zh in EDITIONS.items()
+    """The files whose committed tables are not the generated ones."""
+    return [name for name, zh in GENERATED.items()
             if rewrite((root / name).read_text(encoding="utf-8"), zh) != (root / name).read_text(encoding="utf-8")]
 
 
@@ -92,7 +114,7 @@ def main(argv=None):
         for name in files:
             print(f"{name}: its grading tables are not tests/registry.py's; run python tools/tables.py")
         return 1 if files else 0
-    for name, zh in EDITIONS.items():
+    for name, zh in GENERATED.items():
         path = ROOT / name
         text = path.read_text(encoding="utf-8")
         new = rewrite(text, zh)
