@@ -90,9 +90,9 @@ _CHECKS = [
     ("paged_step", "exact_count", 3, "a step that needs exactly the free blocks succeeds (copies counted)",
      "所需块数恰好等于空闲块数的步会成功（复制也算在内）"),
     ("paged_step", "bad_input", 3, "bad input: ValueError before anything changes", "错误输入：在任何改动之前抛出 ValueError"),
-    ("paged_step", "replays", 4, "steps on sequences as forks and cache hits leave them (the runs Parts 4 and 5 compare "
-                                 "with): logits, lengths and K/V",
-     "在 fork 和缓存命中留下的序列上运行的步（Part 4 和 Part 5 用来比较的那些运行）：logits、长度和 K/V"),
+    ("paged_step", "replays", 4, "steps on sequences as forks and cache hits leave them (the runs other checks compare "
+                                 "yours with): logits, lengths and K/V",
+     "在 fork 和缓存命中留下的序列上运行的步（其他检查拿来与你的运行比较的那些运行）：logits、长度和 K/V"),
 
     ("blockwise_attention", "boundaries", 5, "lengths k*B-1, k*B and k*B+1", "长度 k*B-1、k*B 和 k*B+1"),
     ("blockwise_attention", "tables_layers", 5, "non-monotone block tables, every layer", "非单调的块表，每一层"),
