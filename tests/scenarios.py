@@ -1147,8 +1147,7 @@ class PrefixRun:
             self.twins.append(None)
         if op == "request" and error is not None:
             self.seqs[-1]["made"] = []
-        self.alone.append(step_alone(self.pk, self.cfg, self.prm, self.B, args[0])
-                          if op == "request" and error is not None else None)
+        self.alone.append(self._alone(args[0], error) if op == "request" else None)
         pool, cache = self.pool, self.cache
         self.records.append({"op": [op, *args], "result": result, "error": error,
                              "tables": [[as_int(b) for b in self.table(s)] for s in self.seqs],
@@ -1157,6 +1156,16 @@ class PrefixRun:
                              "n_cached": observe(lambda: cache.n_cached),
                              "n_hit_tokens": observe(lambda: cache.n_hit_tokens)})
         return self.records[-1]
+
+    def _alone(self, tokens, error):
+        """What paged_step alone does with a request's prompt (step_alone), when the request raised, or
+        when the prompt is not a valid chunk but the request did not raise: "accepted" when the step
+        runs on it too (cached_prefill may leave checking the prompt to paged_step, Part 2's)."""
+        valid = bool(tokens) and all(type(t) is int and 0 <= t < self.cfg.vocab for t in tokens)
+        if error is None and valid:
+            return None
+        said = step_alone(self.pk, self.cfg, self.prm, self.B, tokens)
+        return "accepted" if said is None and error is None else said
 
     def table(self, s):
         return list(s["obj"].blocks) if "obj" in s else s["blocks"]

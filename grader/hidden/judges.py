@@ -528,7 +528,11 @@ _TEST_POOL_CALLS = ("release", "hold", "hold_until", "unhold")
 def _alone_note(op, g, alone):
     """What to add when a request raised while paged_step alone raises on its prompt, on an empty
     sequence of a pool of its own (scenarios.step_alone): the observation needs Part 2."""
-    if op[0] == "request" and g.get("error") is not None and alone is not None:
+    if op[0] == "request" and g.get("error") is None and alone == "accepted":
+        return ("\n    (your paged_step alone accepts this prompt too, on an empty sequence of a pool of its own, though "
+                "it is not a valid chunk: a cached_prefill that leaves checking the prompt to paged_step (Part 2) "
+                "needs it to refuse: fix Part 2 first)")
+    if op[0] == "request" and g.get("error") is not None and alone not in (None, "accepted"):
         return (f"\n    (your paged_step alone raises {their(alone, 'kind')} on this prompt, on an empty sequence of a pool "
                 "of its own: cached_prefill computes the rest of the prompt with paged_step (Part 2): fix Part 2 first)")
     return ""
