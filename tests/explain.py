@@ -289,10 +289,11 @@ def first_difference(expected, got, tol, twin=False):
 
 
 _SAID = {   # how each scenario action is said in feedback; {0}, {1}, ... are its arguments
-    "grow": "seq {0}.reserve({1}) (at most a block at a time; a new sequence gets the test's blocks), then the "
-            "test stores K/V for the {1} new positions and sets length += {1}",
+    "grow": "seq {0} grows by {1} positions (reserve of the ones its last block has room for, the test's own "
+            "block at each block boundary), the test storing their K/V and setting length += {1}",
     "share": "the test takes one more reference to seq {0}'s last block (pool.incref)",
     "mirror": "the test makes a new sequence sharing seq {0}'s blocks (as fork would)",
+    "prefill": "paged_step on seq {0}, its chunk as cached_prefill gives it (the rest of a prompt)",
     "poke": "the test overwrites position {1} of seq {0} in pool storage",
     "fill": "the test fills every block's storage with random K/V (a used pool)",
     "release": "pool.decref of the test's block #{0}",

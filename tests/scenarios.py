@@ -106,19 +106,33 @@ def working_pool(pk, cfg, n_blocks, block_size, ledger=None):
     what the contract says: those are Part 1's, charged by Part 1's checks, and Parts 4 and 5 are
     judged through them. A pool that passes both probes is always used as it is."""
     pool = _storage_float64(new_pool(pk, cfg, n_blocks, block_size), cfg, n_blocks, block_size)
-    if ledger is None or (refcount_probe(pk, cfg) is None and capacity_probe(pk, cfg) is None):
+    if ledger is None:
+        return pool
+    moves = copy_moves_references(pk, cfg)
+    if refcount_probe(pk, cfg) is None and capacity_probe(pk, cfg) is None and not moves:
         return pool
     space = {}
     exec(compile(ledger, "ledger", "exec"), space)      # noqa: S102  (the grader's own source, sent as data)
-    return space["Ledger"](pool, cfg, n_blocks, block_size)
+    return space["Ledger"](pool, cfg, n_blocks, block_size, own_copies=moves)
+
+
+def copy_moves_references(pk, cfg=None):
+    """Whether pool.copy_block changes references it should not (the source's refcount, or the copy's
+    other than 1), on a pool of its own (copy_probe): Part 1's, so the ledger then keeps the
+    references while the copy itself (its id, its K/V) stays the submission's."""
+    probe = copy_runs(pk, cfg)
+    return isinstance(probe, dict) and "error" not in probe and (
+        probe.get("source_delta") != 0 or probe.get("copy_refcount") != 1)
 
 
 def _storage_float64(pool, cfg, n_blocks, block_size):
-    """The pool, its k and v float64 zeros of the contract's shape when they are missing or not float64."""
+    """The pool, its k and v float64 zeros of the contract's shape when they are missing, not float64
+    or of another shape: the storage's layout is Part 1's (pool_layout), not every step's."""
     shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)
     for name in ("k", "v"):
         try:
-            if not hasattr(pool, name) or np.asarray(getattr(pool, name)).dtype != np.float64:
+            if not hasattr(pool, name) or np.asarray(getattr(pool, name)).dtype != np.float64 \
+                    or np.shape(getattr(pool, name)) != shape:
                 setattr(pool, name, np.zeros(shape))
         except Exception:  # noqa: BLE001  (a storage the test cannot read or replace stays as it is)
             pass
@@ -633,6 +647,29 @@ def cow_probe(pk, cfg=None):
     return result if error is None else error["kind"]
 
 
+def count_probe(pk, cfg=None):
+    """Whether reserve takes a block the contract does not count, on a pool of its own: a sequence
+    whose last block (block size 4) has room for 3, 2 or 1 more positions, then reserve of exactly
+    those (no block is due). True when a table grew, False when not, the error's kind when a call
+    raised. Part 4's grows ask reserve only for room the last block has, so a failing sharing check
+    names Part 2 (its count) when this is True."""
+    def run():
+        for filled in (1, 2, 3):
+            pool = new_pool(pk, config(cfg), 4, 4)
+            seq = pk.PagedSequence(pool)
+            grow(pool, seq, filled, 0)
+            before = len(list(seq.blocks))
+            seq.reserve(4 - filled)
+            if len(list(seq.blocks)) != before:
+                return True
+        return False
+    try:
+        result, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return result if error is None else error["kind"]
+
+
 def copy_runs(pk, cfg=None):
     """copy_probe with a stub's NotImplementedError as data: a Part 2 step that copies a shared block
     needs pool.copy_block (Part 1) to run, and a check that fails because it does not says so."""
@@ -656,17 +693,23 @@ def step_need(pool, seqs, sizes):
 
 
 def grow(pool, seq, n, seed):
-    """A sequence's first positions get blocks from the test (pool.alloc, through the contract's
-    `blocks`); later ones from reserve, at most a block at a time: how many blocks a chunk of
-    any size or an empty sequence takes is Part 2's count, judged by Part 2's checks, while what a
-    sharing script asks of reserve is Part 4's: a copy exactly when a shared, partly filled last
-    block is written, before the chunk's new blocks (a piece of a block crosses into the next)."""
+    """A step's storage without paged_step: n positions of K/V the test stores through the table
+    (put_kv) and length += n. At every block boundary the test takes the next block itself
+    (pool.alloc, through the contract's `blocks`); into a last block with room it writes after
+    reserve(the positions that fit there), which must take no block and copy that block exactly when
+    it is partly filled and shared (copy-on-write, Part 4's). So how many blocks a chunk or an empty
+    sequence takes, Part 2's count, judged by Part 2's checks, is never asked here; a shared full
+    block is written only after an explicit reserve (copy_when_needed's)."""
     B, done, first = pool.block_size, 0, as_int(seq.length)
-    if first == 0 and not list(seq.blocks):
-        seq.blocks = [pool.alloc() for _ in range(-(-n // B))]
     while done < n:
-        piece = min(n - done, B)
-        seq.reserve(piece)
+        at, capacity = first + done, len(seq.blocks) * B
+        if at < capacity:                           # room in the last block (or in one reserved ahead)
+            piece = min(n - done, capacity - at)
+            if at % B:                              # a partly filled last block: copy-on-write's to decide
+                seq.reserve(piece)
+        else:                                       # a block boundary: the test takes the next block
+            piece = min(n - done, B)
+            seq.blocks = list(seq.blocks) + [pool.alloc()]
         if not put_kv(pool, [as_int(b) for b in seq.blocks], first, n, seed, done, done + piece):
             raise IndexError("after reserve, the table has too few blocks for the new positions")
         seq.length = first + done + piece
@@ -707,7 +750,8 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
         result, error = attempt(calls[op], *args)
         records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
                         **seq_state(seqs), "refcounts": refcounts(pool)})
-    return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg)}
+    return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg),
+            "count_probe": count_probe(pk, cfg)}
 
 
 def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):

@@ -400,14 +400,17 @@ class Grading:
                 return failed
             calls = [call for _, call in self._case_entries(check_id, i)]
             expected, case = self.expected[check_id][i], case._replace(inputs={**case.inputs, "calls": calls})
-            with hidden_feedback(ranges_for(case)):
-                return self.judges[check_id](case, expected, got, Context(self, check_id))
+            return self._judged(check_id, case, expected, got, None)
         expected, got = self.answer(check_id, i)
         second = None
         if case.second is not None:
             second, failed = self.second(check_id, i)
             if failed:
                 return failed
+        return self._judged(check_id, case, expected, got, second)
+
+    def _judged(self, check_id, case, expected, got, second):
+        """The check's judge on one case, its values rendered for hidden feedback (ranges_for)."""
         with hidden_feedback(ranges_for(case)):
             try:
                 return self.judges[check_id](case, expected, got, Context(self, check_id, second))

@@ -135,7 +135,7 @@ def replays_judge(case, expected, got, ctx=None):
         with hidden_feedback(ranges_for(run)):
             why = judge(run, e, g)
         if why:
-            return f"  run {k} of {len(calls)} (a run {case.inputs['of']} compares yours with):\n  {why.strip()}"
+            return f"  run {k} of {len(calls)}:\n  {why.strip()}"
     return None
 
 
@@ -268,6 +268,9 @@ def sharing_judge(case, expected, got, ctx):
                     "the length by its chunk, taking a block only when a position needs one (Part 2), or it overwrites blocks "
                     "that forks share: fix Part 2 first)")
     notes = [n for n in (copy_note(got.get("copy_probe")), refcount_note(got.get("refcount_probe"))) if n]
+    if message and got.get("count_probe") is True:
+        notes.append(f"(on a pool of its own your reserve takes a block when the last one has room for what it is "
+                     f"asked: {NEEDS_EXACT})")
     return "\n  ".join([message, *notes]) if message else message
 
 

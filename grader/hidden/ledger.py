@@ -4,8 +4,12 @@ that Parts 2, 4 and 5, which are judged through those calls (fork increfs, free 
 reads refcount, a step counts on n_free, the drivers count n_used), are not charged for Part 1's bug.
 
 It keeps only what those probes found broken: the references, n_used, n_free, peak_used and
-n_copies. The ids (alloc, as far as it works), the storage (k, v) and the copy (copy_block: its K/V are Part 4's) stay
-the submission's own, so nothing Part 4 owns is done for it. It frees a block in the submission's
+n_copies (it also stands in when copy_block moves references it should not: copy_probe). The ids
+(alloc, as far as it works), the storage (k, v) and the copy (copy_block: its K/V) stay the
+submission's own; where the submission's copy_block moves references (it would free, in the pool's
+own book, a block the ledger holds, and hand it out again), refuses a block the ledger holds or
+hands out one still held, the ledger copies the block itself (the contract's copy: a free block, the
+source's K and V), so a copy_block bug, Part 1's, costs Parts 2, 4 and 5 nothing. It frees a block in the submission's
 pool (its decref, refcount 1 there: no other call reached it) only when the last reference goes.
 Where the pool's own alloc fails while the ledger has blocks free (MemoryError too early: a block
 its decref refused, one it never hands out; an id that is not one, or one still held; an error),
@@ -22,8 +26,9 @@ import numbers
 
 
 class Ledger:
-    def __init__(self, pool, cfg, n_blocks, block_size):
+    def __init__(self, pool, cfg, n_blocks, block_size, own_copies=False):
         self._pool, self.cfg, self.n_blocks, self.block_size = pool, cfg, n_blocks, block_size
+        self.own_copies = own_copies        # the pool's copy_block moves references: the ledger copies itself
         self._ref = [0] * n_blocks
         self.n_copies, self.peak_used = 0, 0
 
@@ -107,6 +112,22 @@ class Ledger:
         return self._ref[self._id(b)]
 
     def copy_block(self, b):
-        new = self._taken(self._pool.copy_block(self._in_use(b)))
+        b = self._in_use(b)
+        fresh = False
+        if not self.own_copies:
+            try:
+                new = self._pool.copy_block(b)
+                self._id(new)
+                fresh = self._ref[int(new)] == 0
+            except NotImplementedError:
+                raise
+            except Exception:  # noqa: BLE001  (its own references broken, the pool refuses a block the ledger holds)
+                pass
+        if not fresh:       # the contract's copy, done here: a free block, the source's K and V in every layer
+            new = self.alloc()
+            self._pool.k[:, new] = self._pool.k[:, b]
+            self._pool.v[:, new] = self._pool.v[:, b]
+        else:
+            new = self._taken(new)
         self.n_copies += 1
         return new

@@ -49,7 +49,7 @@ def when_case(rng, B, part_len, full):
     actions = [["new"], ["new"], grow(rng, 0, part_len), grow(rng, 1, full),
                ["fork", 0], ["fork", 1],
                grow(rng, 2, 1), grow(rng, 0, 1),                      # one copy, then in place
-               grow(rng, 3, 1), grow(rng, 1, 1),                      # a full shared block: no copy
+               ["reserve", 3, 1], grow(rng, 3, 1), grow(rng, 1, 1),   # a full shared block: no copy
                ["fork", 2], grow(rng, 4, B), grow(rng, 2, 2),
                ["fork", 1], ["reserve", 5, 1]]
     return sharing_case(f"block size {B}", actions, block_size=B)

@@ -268,7 +268,9 @@ def plan_replays(rng):
     (its twin: the same steps without sharing, without the cache): those runs, made of the reference's
     answers, judged against the reference (judges.replays_judge). So a twin is always a graded Part 2
     call: a step that answers it otherwise than any step_script costs Part 2 what it could hide."""
-    return [Case(f"the runs {check} compares yours with", "replays", {"of": check}) for check in twinned_checks()]
+    from grader import rubric
+    return [Case(f"the runs Part {rubric.registry.number(rubric.CHECKS[check].part)}'s check {check.split('.')[1]} "
+                 "compares yours with", "replays", {"of": check}) for check in twinned_checks()]
 
 
 def twinned_checks():
