@@ -29,6 +29,9 @@ class ForkBench:
     refcounts, K/V gathered from storage), in the scenarios' own form."""
 
     def __init__(self, pk, block_size=4, n_blocks=64):
+        waits = support.needs_part1(pk, "this test of sharing")
+        if waits:
+            support.wait(waits)
         self.pk, self.B, self.n_blocks, self.cfg = pk, block_size, n_blocks, sc.config(None)
         self.params = sc.params(self.cfg, 0)
         self.pool = sc.working_pool(pk, self.cfg, n_blocks, block_size)

@@ -431,7 +431,8 @@ def copy_probe(pk, cfg=None):
 
 def capacity_probe(pk, cfg=None):
     """Whether n_free says what alloc hands out, on a pool of 5 blocks of its own: before and after
-    each alloc until alloc raises MemoryError, and after a decref of one block of the full pool.
+    each alloc until alloc raises MemoryError, and after a decref of one block of the full pool, which
+    the next alloc hands out again.
     None when it does; "n_free" when not; the error's kind when a call raised otherwise. A Part 2
     step counts its blocks on n_free, so a step that ran out names Part 1 when this is not None."""
     cfg = config(cfg)
@@ -449,7 +450,10 @@ def capacity_probe(pk, cfg=None):
         if len(got) != 5:
             return "n_free"
         pool.decref(got[-1])
-        return None if as_int(pool.n_free) == 1 else "n_free"
+        if as_int(pool.n_free) != 1:
+            return "n_free"
+        again, error = attempt(pool.alloc)        # the block given back is handed out again
+        return None if error is None and as_int(again) == as_int(got[-1]) else "n_free"
     result, error = attempt(run)
     return result if error is None else error["kind"]
 
@@ -614,7 +618,7 @@ def cow_probe(pk, cfg=None):
     pools of its own: a sequence holding 2 of 4 positions of a block nobody shares, then reserve(1),
     must keep its block; three sequences holding one partly filled block (the test's blocks and
     pool.incref, as fork would), each reserve(1) in turn, must make 2 copies, the last keeping the
-    block. True when either is broken, False when not, the error's kind when a call raised. Such a
+    block; a full block two sequences share is kept by reserve(1) (a full block is never copied). True when either is broken, False when not, the error's kind when a call raised. Such a
     copy takes a block the contract's count does not have, so a Part 2 step that fits the free blocks
     exactly then runs out, and its failure names Part 4."""
     def unshared():
@@ -640,8 +644,17 @@ def cow_probe(pk, cfg=None):
                  else None for seq in seqs]
         return None in lasts or len(set(lasts)) != 3 or lasts.count(table[1]) != 1 \
             or any(as_int(pool.refcount(b)) != 1 for b in lasts) or as_int(pool.refcount(table[0])) != 3
+    def full():
+        pool = new_pool(pk, config(cfg), 6, 4)
+        seq, other = pk.PagedSequence(pool), pk.PagedSequence(pool)
+        grow(pool, seq, 4, 0)                       # one full block, shared
+        pool.incref(as_int(seq.blocks[0]))
+        other.blocks, other.length = list(seq.blocks), 4
+        first = as_int(seq.blocks[0])
+        seq.reserve(1)
+        return not seq.blocks or as_int(seq.blocks[0]) != first
     try:
-        result, error = attempt(lambda: unshared() or shared())
+        result, error = attempt(lambda: unshared() or shared() or full())
     except NotImplementedError:
         return "NotImplementedError"
     return result if error is None else error["kind"]
@@ -668,6 +681,41 @@ def count_probe(pk, cfg=None):
     except NotImplementedError:
         return "NotImplementedError"
     return result if error is None else error["kind"]
+
+
+def layout_probe(pk, cfg=None):
+    """Whether paged_step's logits depend on which physical blocks a table names (Part 2's bug), on
+    pools of their own: the same K/V the test stores (adopt) in blocks taken in order and in another
+    order, then the same chunk stepped: True when the logits differ, False when not, the error's kind
+    when the step raised. A Part 5 request reads hit blocks wherever they are, its twin a fresh pool's
+    blocks in order, so a failing comparison names Part 2 when this is True."""
+    cfg = config(cfg)
+
+    def logits(order):
+        pool = _storage_float64(new_pool(pk, cfg, 8, 4), cfg, 8, 4)
+        pool.alloc()                                # (the test's: the sequence's blocks do not start at 0)
+        blocks = [pool.alloc() for _ in order]
+        seq = pk.PagedSequence(pool)
+        seq.blocks, seq.length = [blocks[k] for k in order], 10
+        put_kv(pool, [as_int(b) for b in seq.blocks], 0, 10, 7)
+        return as_array(pk.paged_step(params(cfg, 0), cfg, [seq], [[5, 6, 7]])[0])
+    try:
+        result, error = attempt(lambda: bool(np.max(np.abs(logits([0, 1, 2]) - logits([2, 0, 1]))) > 1e-9))
+    except NotImplementedError:
+        return "NotImplementedError"
+    return result if error is None else error["kind"]
+
+
+_PROBED = {}
+
+
+def probed(probe, pk, cfg=None):
+    """probe(pk, cfg), once per implementation, probe and Config in this process (a worker runs many
+    cases of one implementation: what its pools do on pools of their own does not change)."""
+    key = (probe.__name__, id(pk), repr(cfg))
+    if key not in _PROBED:
+        _PROBED[key] = probe(pk, cfg)
+    return _PROBED[key]
 
 
 def copy_runs(pk, cfg=None):
@@ -1146,7 +1194,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     run = PrefixRun(pk, cfg, param_seed, n_blocks, block_size, twin, ledger)
     for action in actions:
         run.call(action)
-    return {"records": run.records, "twins": run.twins, "alone": run.alone}
+    return {"records": run.records, "twins": run.twins, "alone": run.alone,
+            "probes": {"cow": probed(cow_probe, pk, cfg), "layout": probed(layout_probe, pk, cfg)}}
 
 
 class PrefixRun:

@@ -186,6 +186,46 @@ def needs_part2(pk, what="this comparison"):
     return f"{what} waits for paged_step (Part 2): {part2_problem(pk)}; fix Part 2 first"
 
 
+def part1_problem(pk):
+    """None when the pool's references and capacity do what the contract says on pools of their own
+    (scenarios.refcount_probe, capacity_probe, copy_moves_references), else what does not. Part 4's and
+    Part 5's benches count on them (fork increfs, free decrefs, copy-on-write reads refcounts, a
+    request evicts what n_free lacks); their tests wait (are skipped) while they do not: Part 1's
+    own tests say what is wrong."""
+    if "part1" not in _WORKS:
+        try:
+            found = sc.refcount_probe(pk)
+            said = (f"pool.{found['call']} " + ("gave a wrong count" if "wrong" in found else f"raised {found['error']}")
+                    if found else "")
+            if not said and sc.capacity_probe(pk) is not None:
+                said = "pool.n_free does not say what alloc hands out (or a block given back is not handed out again)"
+            if not said and sc.copy_moves_references(pk):
+                said = "pool.copy_block changes the source's refcount, or gives the copy another than 1"
+            _WORKS["part1"] = said or None
+        except Exception as e:  # noqa: BLE001  (not implemented, or broken: either way it does not work)
+            _WORKS["part1"] = probe_failure(e)
+    return _WORKS["part1"]
+
+
+def needs_part1(pk, what="this test"):
+    """The reason to wait while Part 1's references do not work, else None."""
+    problem = part1_problem(pk)
+    return f"{what} waits for the pool's references (Part 1): {problem}; fix Part 1 first" if problem else None
+
+
+def needs_exact_copies(pk, what="this test"):
+    """The reason to wait while copy-on-write makes copies the contract does not (scenarios.cow_probe,
+    without fork: a block nobody shares, a full one, more than r - 1 for r holders), else None: such a
+    copy takes a block no count foresees, so a step that fits exactly runs out."""
+    if "cow" not in _WORKS:
+        try:
+            _WORKS["cow"] = sc.cow_probe(pk) is True
+        except Exception:  # noqa: BLE001  (a stub: its own tests say so)
+            _WORKS["cow"] = False
+    return (f"{what} waits for copy-on-write (Part 4): it makes copies the contract does not (a full or unshared "
+            "block, or more than r - 1 for r holders); fix Part 4 first") if _WORKS["cow"] else None
+
+
 def copies_problem(pk):
     """None when copy-on-write works on a small script without paged_step (a shared, partly filled
     block written by its three holders in turn: fork, reserve's copy, copy_block), else what failed.

@@ -12,7 +12,7 @@ import contiguous
 import rules
 import scenarios as sc
 from fork_bench import SECTION, ForkBench
-from support import SMALL, equal, fail, needs_part2, part2_works, tokens, unchanged, wait
+from support import SMALL, equal, fail, needs_part1, needs_part2, part2_works, tokens, unchanged, wait
 
 pytestmark = pytest.mark.copy_on_write
 
@@ -163,6 +163,8 @@ def test_lecture_demo3_parallel_sampling(pk, n, saved):
     full blocks are shared by all samples; its 7th (4 tokens) is copied n - 1 times; the saving does
     not depend on which tokens are sampled."""
     d = contiguous.DEMO3
+    if needs_part1(pk, "this driver"):
+        wait(needs_part1(pk, "this driver"))
     got = sc.sampling(pk, None, 0, contiguous.prompt(d), n, d["max_new"], d["temperature"], d["seed"], 256, 16)
     if got["error"] is not None:
         if not part2_works(pk):
@@ -184,6 +186,8 @@ def test_lecture_demo4_beam_search(pk, k, saved):
     """The lecture's demo 4: a 64-token prompt, 32 steps, block size 16. Beams share the prompt and
     the paths they walked together; the lecture's band is 39%-68% saved, and with the course's
     model the reference saves exactly `saved` (which beams survive depends on the logits)."""
+    if needs_part1(pk, "this driver"):
+        wait(needs_part1(pk, "this driver"))
     got = sc.beams(pk, None, 0, contiguous.prompt(contiguous.DEMO4), k, contiguous.DEMO4["steps"], 512, 16)
     if got["error"] is not None:
         if not part2_works(pk):

@@ -481,7 +481,8 @@ _PART5_KEYS = {"op", "result", "error", "tables", "held", "refcounts", "n_cached
 def _prefix_ok(expected, got):
     """The submission's prefix_script answer has the scenario's form: the same actions, tables and held
     blocks as lists of ints, a request's hits as ints and rows as an int, a twin's plan per action."""
-    if not isinstance(got, dict) or set(got) != {"records", "twins", "alone"} or not isinstance(got["alone"], list) \
+    if not isinstance(got, dict) or set(got) != {"records", "twins", "alone", "probes"} \
+            or not isinstance(got["alone"], list) or not isinstance(got["probes"], dict) \
             or len(got["alone"]) != len(expected["records"]):
         return False
     records, twins = got["records"], got["twins"]
@@ -541,12 +542,16 @@ def _alone_note(op, g, alone):
     return ""
 
 
-def _part5_note(op, g):
+def _part5_note(op, g, probes=None):
     """Where an error a Part 5 case shows is another part's to fix first: an action of the test's own
     that calls only the pool (Part 1), or a request that fits the free blocks exactly once the cache
     has evicted (Part 2's count of the blocks a step takes, Part 4's copy at a block boundary)."""
     if op[0] in _TEST_POOL_CALLS and g.get("error") is not None:
         return ("\n    (the test's own pool.alloc / pool.decref raised here, nothing of the cache's: Part 1's, fix it first)")
+    if op[0] == "request" and g.get("error") == "MemoryError" and (probes or {}).get("cow") is True:
+        return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly, and on a pool of "
+                "its own your copy-on-write makes copies the contract does not (a full shared block, say), which take "
+                "blocks the contract does not count: fix Part 4 first)")
     if op[0] == "request" and g.get("error") == "MemoryError":
         return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly: your paged_step "
                 "must then take every one of them; Part 2's count and Part 4's copy-on-write decide that too)")
@@ -589,15 +594,18 @@ def prefix_judge(fields, twin=False):
                         op = expected["records"][n]["op"]
                         return (f"{where}\n    {_PART5_WHAT[f]}: expected {e[f] or 'no error'}, got "
                                 f"{outcome(got['records'][n]['error'])}"
-                                + (_alone_note(op, g, got["alone"][n]) or _part5_note(op, g)))
+                                + (_alone_note(op, g, got["alone"][n]) or _part5_note(op, g, got["probes"])))
                     return (f"{where}\n    {_PART5_WHAT[f]}: expected {_show_named(e[f], theirs=False)}, got "
                             f"{_show_named(g.get(f))}")
             rec = expected["records"][n]
             if twin and rec["op"][0] == "request" and rec["error"] is None:
                 why = twin_difference(got["records"][n], twins.get(n))
                 if why:
+                    layout = ("\n    (on a pool of its own your paged_step gives other logits when the same K/V sit in "
+                              "other blocks, as a cache hit's do: a step reads through the table in its order "
+                              "(Part 2): fix Part 2 first)" if got["probes"].get("layout") is True else "")
                     return (f"{where}\n    its logits differ from your own prefill of the same prompt without the cache "
-                            f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}")
+                            f"(a pool of its own, the hit blocks' tokens first, then the rest): {why}{layout}")
         return None
     return judge
 

@@ -117,28 +117,22 @@ MUTANTS = [
        ("heapq.heappush(self._free, b)", "self._free.add(b)")), "a_order", **_ORDER_ONLY),
     M("decref_leaks_block", "allocator",
       "decref to 0 decrements n_used but never returns the block to the free list (a leak). Verified: 8-block "
-      "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3. Spans "
-      "prefix_cache: evicting a cached block gives it back to the pool for the request that needs it; a pool that "
-      "never hands a freed block out again cannot serve that request.",
-      (("            heapq.heappush(self._free, b)\n", ""),), "a_order", ("prefix_cache",)),
+      "pool, alloc 0..4, decref 4,0,2: the next allocs return 5, 6, 7 and then MemoryError with n_free 3.",
+      (("            heapq.heappush(self._free, b)\n", ""),), "a_order"),
     M("decref_frees_at_one", "allocator",
       "Off by one in decref: the block is freed when its refcount drops to 1 instead of 0. Verified: alloc, "
       "incref twice, decref twice -> n_used is 0 while refcount is 1 (contract: n_used 1), and the block is "
-      "handed out again by the next alloc. Spans copy_on_write: a shared block is freed while another sequence "
-      "still holds it and handed out again, so copy-on-write and free corrupt the sharing sequences' tables. Spans "
-      "prefix_cache too: the cache's own reference is what keeps a cached block in use after its request is freed; "
-      "here the block is freed (and handed out again) while the cache holds it.",
+      "handed out again by the next alloc.",
       (("        self._ref[b] -= 1\n        if self._ref[b] == 0:", "        self._ref[b] -= 1\n        if self._ref[b] == 1:"),),
-      "a_refcount", ("copy_on_write", "prefix_cache")),
+      "a_refcount"),
     M("n_used_counts_refs", "allocator",
       "n_used sums the refcounts (double-counts shared blocks) instead of counting blocks in use. Verified: "
       "one block with refcount 3 reports n_used 3 (contract: 1).",
       (("return self._used\n", "return sum(self._ref)\n"),), "a_refcount"),
     M("used_not_decremented", "allocator",
       "decref frees the block but forgets n_used -= 1, so n_used/n_free drift. Verified: alloc 4, decref 2 -> "
-      "n_used 4, n_free 2 (contract: 2 and 4). Spans prefix_cache: cached_prefill evicts the shortfall of free blocks "
-      "the pool reports; here evicting never raises n_free, so a prefill that fits after evicting runs out.",
-      (("            self._used -= 1\n", ""),), "a_counts_peak", ("prefix_cache",)),
+      "n_used 4, n_free 2 (contract: 2 and 4).",
+      (("            self._used -= 1\n", ""),), "a_counts_peak"),
     M("peak_never_updated", "allocator",
       "peak_used is never updated after __init__. Verified: after 4 allocs peak_used is 0 (contract: 4).",
       (("        self.peak_used = max(self.peak_used, self._used)\n", ""),), "a_counts_peak"),
@@ -181,15 +175,12 @@ MUTANTS = [
        ("self.v[:, new] = self.v[:, b]", "self.v[0, new] = self.v[0, b]")), "c_copy_data"),
     M("copy_block_decrefs_source", "allocator",
       "copy_block also drops the source's reference (it thinks it does the whole copy-on-write). Verified: "
-      "alloc b, copy_block(b) -> refcount(b) 0 (contract: source refcount unchanged, 1). Spans copy_on_write: "
-      "copy-on-write relies on copy_block leaving the source's refcount alone; here the shared block is freed "
-      "while a sequence still holds it.",
-      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.decref(b)\n"),), "a_copy", ("copy_on_write",)),
+      "alloc b, copy_block(b) -> refcount(b) 0 (contract: source refcount unchanged, 1).",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.decref(b)\n"),), "a_copy"),
     M("copy_block_increfs_source", "allocator",
       "copy_block increments the source's refcount. Verified: alloc b, copy_block(b) -> refcount(b) 2 "
-      "(contract: 1). Spans copy_on_write: after every copy-on-write the shared block keeps a reference nobody "
-      "holds, so the sharing's refcounts are off and its last holder copies too.",
-      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.incref(b)\n"),), "a_copy", ("copy_on_write",)),
+      "(contract: 1).",
+      (("        self.n_copies += 1\n", "        self.n_copies += 1\n        self.incref(b)\n"),), "a_copy"),
     M("copy_block_no_count", "allocator",
       "copy_block never increments n_copies. Verified: after a copy n_copies is 0 (contract: 1).",
       (("        self.n_copies += 1\n", ""),), "a_copy"),
@@ -237,10 +228,9 @@ MUTANTS = [
       (("        return self.n_blocks - self._used\n", "        return self.n_blocks - self._used - 1\n"),), "a_fresh"),
     M("storage_tiny_shape", "allocator",
       "Storage shape hard-coded for TINY (2 layers, 4 heads, d_head 16). Verified: a pool for a 3-layer, "
-      "3-head, d_head 8 Config has k.shape (2, n, B, 4, 16) (contract: (3, n, B, 3, 8)). Spans paged_step: "
-      "paged_step stores K/V in the pool's storage, whose shape is Part 1's: on other Configs it cannot.",
+      "3-head, d_head 8 Config has k.shape (2, n, B, 4, 16) (contract: (3, n, B, 3, 8)).",
       (("shape = (cfg.n_layers, n_blocks, block_size, cfg.n_heads, cfg.d_head)",
-        "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh", ("paged_step",)),
+        "shape = (2, n_blocks, block_size, 4, 16)"),), "a_fresh"),
 
     M("alloc_stays_full", "allocator",
       "Once alloc has found the pool full it remembers it (a flag set with the MemoryError, never cleared), so a "
@@ -253,23 +243,15 @@ MUTANTS = [
     # ------------------------------------------------------------- Part 2: paged KV and the paged step
     M("slots_swapped", "paged_step",
       "Slot arithmetic swapped: logical block pos % B, slot pos // B. Verified: block size 1 raises IndexError "
-      "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10). Spans "
-      "prefix_cache: cached_prefill computes the rest of the prompt with paged_step, which raises here on most prompts. "
-      "Spans copy_on_write: a step writes into the table's full blocks, which forks share and copy-on-write (rightly) "
-      "never copies, so sharing changes the logits against the unshared twin; and its drivers, which advance their "
-      "sequences with paged_step: it raises (IndexError) in every driver case (the feedback names Part 2).",
+      "on the second token; other sizes write to wrong slots (contract: logits equal contiguous to 1e-10).",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
-        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv",
-      ("prefix_cache", "copy_on_write")),
+        "return np.asarray(table, dtype=np.int64)[..., pos % block_size], pos // block_size"),), "p_equiv"),
     M("slots_ignore_table", "paged_step",
       "Writes and reads use pos // B as the PHYSICAL block, ignoring the block table (works only while tables "
-      "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4. Spans "
-      "prefix_cache: a cache hit puts blocks another request computed into the table; reading by position instead of "
-      "through the table reads other blocks' K/V. Spans copy_on_write: every sequence writes into blocks 0, 1, ..., "
-      "shared or not, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
+      "are 0,1,2,...). Verified: on a fragmented pool (blocks 1, 3 held) logits differ from contiguous by 7.4.",
       (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size",
         "return np.broadcast_to(pos // block_size, np.shape(table)[:-1] + pos.shape), pos % block_size"),),
-      "p_equiv", ("prefix_cache", "copy_on_write")),
+      "p_equiv"),
     M("embed_start_plus_one", "paged_step",
       "Positions off by one: the chunk is embedded at start + 1. Verified: prefill logits differ from the "
       "contiguous forward by O(1).",
@@ -281,25 +263,18 @@ MUTANTS = [
       (("attention_core(q, K, V, start))", "attention_core(q, K, V, 0))"),), "p_equiv"),
     M("causal_start_last", "paged_step",
       "attention_core is given start + T - 1: every query of a prefill sees the whole chunk (no causal mask "
-      "inside the chunk). Verified: every multi-token chunk's logits differ (single-token decodes still match). Spans "
-      "prefix_cache: without the causal mask inside a chunk, a position's K/V depend on the tokens after it in its "
-      "chunk, so a prefix cached from one request's chunk differs from the same prefix computed again (prefix caching "
-      "relies on a prefix's K/V depending on the prefix alone).",
-      (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv", ("prefix_cache",)),
+      "inside the chunk). Verified: every multi-token chunk's logits differ (single-token decodes still match).",
+      (("attention_core(q, K, V, start))", "attention_core(q, K, V, start + T - 1))"),), "p_equiv"),
     M("blocks_floor_plus_one", "paged_step",
       "Blocks needed computed as (length + n) // B + 1 instead of ceil: one block too many whenever the new "
-      "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1). "
-      "Spans copy_on_write: a fork shares the extra, empty block, and both holders then write into it without a "
-      "copy (the copy-on-write rule relies on a table holding ceil(length / B) blocks).",
+      "length is a multiple of B. Verified: a 4-token prefill with B=4 holds 2 blocks (contract: ceil(4/4)=1).",
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size + 1"),),
-      "p_boundaries", ("copy_on_write",)),
+      "p_boundaries"),
     M("blocks_floor", "paged_step",
       "Blocks needed computed as (length + n) // B (floor): a partly filled last block is never allocated. "
-      "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block). Spans "
-      "copy_on_write: reserve leaves no block for a partly filled position, so sharing scripts cannot grow. Spans "
-      "prefix_cache too: cached_prefill computes the rest of the prompt with paged_step, which raises here.",
+      "Verified: a 1-token prefill with B=4 gets 0 blocks and raises IndexError (contract: 1 block).",
       (("math.ceil((self.length + n) / self.pool.block_size)", "(self.length + n) // self.pool.block_size"),),
-      "p_boundaries", ("copy_on_write", "prefix_cache")),
+      "p_boundaries"),
     M("outputs_sorted_by_length", "paged_step",
       "The logits come back shortest-chunk-first (a 'batching' optimisation) instead of in list order. "
       "Verified: chunks of sizes 7, 2, 5 -> outputs of shapes (2,V),(5,V),(7,V) (contract: one per sequence, "
@@ -365,29 +340,22 @@ MUTANTS = [
         "    for seq, chunk in zip(seqs, chunks):\n        seq.reserve(len(chunk))\n")), "p_validation"),
     M("length_assigned_not_added", "paged_step",
       "After the step, length is set to the chunk's size instead of start + size (= where += was meant). "
-      "Verified: after a prefill of 7 and one decode, length is 1, so the next decode attends at position 1 "
-      "and the table no longer has ceil(length / B) blocks. Spans copy_on_write: the next step writes over "
-      "positions the sequence already holds, in full blocks that forks share and copy-on-write (rightly) never "
-      "copies, so sharing changes the logits against the unshared twin (the feedback names Part 2).",
-      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv", ("copy_on_write",)),
+      "Verified: after a prefill of 7 and one decode, length is 1, so the next decode attends at position 1 and"
+      " the table no longer has ceil(length / B) blocks.",
+      (("            seqs[i].length = start + T\n", "            seqs[i].length = T\n"),), "p_equiv"),
     M("slots_block_size_16", "paged_step",
       "Slot arithmetic hard-codes block size 16. Verified: block size 1 -> IndexError, 3/4 -> logits different "
-      "from contiguous (block size 16 still works). Spans prefix_cache: cached_prefill computes the rest of the prompt "
-      "with paged_step, which raises here for any block size but 16. Spans copy_on_write: the step raises or writes "
-      "into the table's full blocks, which forks share, so the unshared twin cannot match, and the drivers, which "
-      "advance their sequences with paged_step, fail where it raises (the feedback names Part 2).",
-      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv",
-      ("prefix_cache", "copy_on_write")),
+      "from contiguous (block size 16 still works).",
+      (("return np.asarray(table, dtype=np.int64)[..., pos // block_size], pos % block_size", "return np.asarray(table, dtype=np.int64)[..., pos // 16], pos % 16"),), "p_equiv"),
     M("layers_hard_coded_2", "paged_step",
       "The layer loop hard-codes TINY's 2 layers. Verified: a 3-layer Config gives logits different from "
       "the contiguous forward (a 1-layer Config crashes).",
       (("        for layer in range(cfg.n_layers):\n", "        for layer in range(2):\n"),), "p_equiv"),
     M("storage_float32", "allocator",
       "K/V storage in float32. Verified: paged logits differ from the float64 contiguous forward by ~1e-6 "
-      "(contract: float64, equal to 1e-10). Spans paged_step and copy_on_write: every K/V stored in the "
-      "pool loses precision, so logits (Part 2) and the K/V read back through the tables (Part 4) are off by ~1e-7.",
+      "(contract: float64, equal to 1e-10).",
       (("self.k = np.zeros(shape)", "self.k = np.zeros(shape, dtype=np.float32)"),
-       ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "a_fresh", ("paged_step", "copy_on_write")),
+       ("self.v = np.zeros(shape)", "self.v = np.zeros(shape, dtype=np.float32)")), "a_fresh"),
     M("read_old_length", "paged_step",
       "read gathers self.length positions, ignoring its length argument, so the chunk just written (beyond "
       "self.length, within the capacity) is missing. Verified: after reserve(7) and write, read(1, 9) "
@@ -396,12 +364,9 @@ MUTANTS = [
         "        b, s = _slots(self.blocks, self.pool.block_size, 0, self.length)\n"),), "p_write_read"),
     M("positions_restart_at_zero", "paged_step",
       "Every step starts its chunk at position 0 (as if each step were a new prompt): K/V are written over "
-      "positions 0..T-1, attention sees only the chunk, and length becomes T. Verified: the first decode after a "
-      "prefill gives logits different from the contiguous forward. Spans copy_on_write: writing over positions "
-      "0..T-1 writes into full blocks that forks share and copy-on-write (rightly) never copies, so sharing changes "
-      "the logits against the unshared twin (the feedback names Part 2).",
-      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv",
-      ("copy_on_write",)),
+      "positions 0..T-1, attention sees only the chunk, and length becomes T. Verified: the first decode after "
+      "a prefill gives logits different from the contiguous forward.",
+      (("        pool = seqs[idx[0]].pool\n", "        pool = seqs[idx[0]].pool\n        start = 0\n"),), "p_equiv"),
     M("count_sharers_not_capped", "paged_step",
       "The step's count charges one copy per sequence writing into a shared, partly filled last block (n for n "
       "holders) instead of min(n, refcount - 1): the last holder writes in place and needs none. Verified: 3 "
@@ -520,11 +485,9 @@ MUTANTS = [
       "c_fork"),
     M("cow_on_full_block", "copy_on_write",
       "Copy-on-write also copies a FULL shared last block. Verified: 8-token prompt, B=4, 3 sharers decode -> "
-      "n_copies 2 (contract: 0; new tokens go to new blocks). Spans prefix_cache: a cached prefill's last hit is a "
-      "full block the cache shares; copying it takes one block more than the contract counts, so a prefill that "
-      "exactly fits after evicting runs out.",
+      "n_copies 2 (contract: 0; new tokens go to new blocks).",
       (("return self.length % self.pool.block_size != 0 and self.pool.refcount(self.blocks[-1]) > 1",
-        "return bool(self.blocks) and self.pool.refcount(self.blocks[-1]) > 1"),), "c_full_block", ("prefix_cache",)),
+        "return bool(self.blocks) and self.pool.refcount(self.blocks[-1]) > 1"),), "c_full_block"),
     M("cow_always_n_copies", "copy_on_write",
       "A sequence remembers it was forked and copies its partial last block on its first write, even when it "
       "is the last holder (refcount 1). Verified: 3 sharers decode -> n_copies 3 (contract: n - 1 = 2).",
