@@ -147,8 +147,9 @@ _WORKS = {}     # probe -> None (works) or what failed
 
 
 def part2_problem(pk):
-    """None when paged_step gives the contiguous forward's logits and stores K/V through the tables on
-    a small script (two sequences on a pool whose first block the test holds), else what failed.
+    """None when paged_step gives the contiguous forward's logits, stores K/V through the tables and
+    leaves each table ceil(length / B) blocks on a small script (two sequences on a pool whose first
+    block the test holds), else what failed.
     Part 4's comparisons of logits, samples and savings need it; they wait (are skipped) while it does not."""
     if "part2" not in _WORKS:
         actions = [["alloc"], ["new"], ["new"], ["step", [0, 1], [tokens(6, 1), tokens(3, 2)]],
@@ -166,6 +167,9 @@ def _part2_problem(pk, actions):
     for i, rec in enumerate(records):
         if rec["error"] is not None:
             return f"{where(records, i)}, it raised {error_text(rec['error'])}"
+        short = rules.short_of(rec, 4)
+        if short or any(isinstance(n, int) and len(t) > -(-n // 4) for t, n in zip(rec["tables"], rec["lengths"])):
+            return f"{where(records, i)}, " + (short or "a table holds more blocks than its length needs")
         expected = base.apply(rec)
         for e, g in zip(expected, rec["result"]) if expected is not None else ():
             diff = explain.first_difference(e, g, TOL_LOGITS)
