@@ -42,8 +42,24 @@ def _fake(**overrides):
 
 
 def _checks():
+    """Every check of Parts 1-4 whose cases are scenario calls (paged_step.replays' are other checks'
+    second runs: tested below)."""
     for m in MODULES:
-        yield from m.PLANS
+        yield from (c for c, plan in m.PLANS.items() if not any(case.scenario == "replays" for case in plan(rng_for(0, c))))
+
+
+def test_replays_judge_the_reference_against_itself_as_a_pass():
+    """paged_step.replays judges the runs other checks compare with: the reference's own answers pass."""
+    judge = test_paged_step.JUDGES["paged_step.replays"]
+    for case in test_paged_step.PLANS["paged_step.replays"](rng_for(0, "paged_step.replays")):
+        module = next(m for m in (test_copy_on_write, *MODULES) if case.inputs["of"] in m.PLANS) \
+            if case.inputs["of"].startswith("copy_on_write") else None
+        if module is None:
+            continue            # (Part 5's: the bonus module, graded end to end)
+        calls = [c for x in module.PLANS[case.inputs["of"]](rng_for(0, case.inputs["of"])) if x.second
+                 for c in x.second(None, None)]
+        answers = [scenarios.SCENARIOS[name](reference, **inputs) for name, inputs in calls]
+        assert judge(case._replace(inputs={**case.inputs, "calls": calls}), answers, copy.deepcopy(answers)) is None
 
 
 @pytest.mark.parametrize("check", list(_checks()))
@@ -74,19 +90,15 @@ def test_the_drivers_judge_the_pool_whatever_the_logits(check):
 
 
 @pytest.mark.parametrize("check", ["copy_on_write.parallel_sampling", "copy_on_write.beam_search"])
-def test_a_driver_whose_paged_step_raises_fails_and_names_part_2(check):
-    calls = []
-
-    def second_raises(params, cfg, seqs, chunks):
-        calls.append(1)
-        if len(calls) > 1:
-            raise IndexError("a decode step of a broken paged_step")
-        return reference.paged_step(params, cfg, seqs, chunks)
+def test_a_driver_whose_paged_step_raises_changes_nothing(check):
+    """The drivers' steps are the test's own (your reserve, the test's K/V): a paged_step that raises,
+    Part 2's, changes nothing Part 4's drivers judge (isolation by construction)."""
+    def raises(params, cfg, seqs, chunks):
+        raise IndexError("a broken paged_step")
     case = _case(test_copy_on_write, check)
     expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
-    got = scenarios.SCENARIOS[case.scenario](_fake(paged_step=second_raises), **case.inputs)
-    message = test_copy_on_write.JUDGES[check](case, expected, got, Context())
-    assert message and "paged_step raised" in message and "fix Part 2 first" in message, message
+    got = scenarios.SCENARIOS[case.scenario](_fake(paged_step=raises), **case.inputs)
+    assert test_copy_on_write.JUDGES[check](case, expected, got, Context()) is None
 
 
 class _NoCopy(reference.BlockPool):
@@ -96,13 +108,13 @@ class _NoCopy(reference.BlockPool):
 
 @pytest.mark.parametrize("check", ["copy_on_write.parallel_sampling", "copy_on_write.beam_search"])
 def test_a_driver_whose_step_raises_because_copy_block_raises_names_part_1(check):
-    """A fork's step copies shared blocks: when paged_step raised and copy_block raises on a pool of
-    its own, the case fails naming Part 1 (pool.copy_block), not Part 2."""
+    """A fork's step copies shared blocks: when the step (your reserve) raised and copy_block raises on
+    a pool of its own, the case fails naming Part 1 (pool.copy_block), not Part 2."""
     case = _case(test_copy_on_write, check)
     expected = scenarios.SCENARIOS[case.scenario](reference, **case.inputs)
     got = scenarios.SCENARIOS[case.scenario](_fake(BlockPool=_NoCopy), **case.inputs)
     message = test_copy_on_write.JUDGES[check](case, expected, got, Context())
-    assert message and "paged_step raised" in message and "fix Part 1 first" in message, message
+    assert message and "your reserve raised" in message and "fix Part 1 first" in message, message
     assert "Part 2" not in message, message
 
 
@@ -167,14 +179,27 @@ class _IncrefsSource(reference.BlockPool):
 
 
 def test_an_exact_fit_that_runs_out_while_copying_is_not_charged_to_part_2():
-    """Part 2's count admitted the step (it started); that the copies then took one block more is Part
-    1's copy_block. Judged on what Part 2 owns, not excused by another check's verdict."""
+    """copy_block's extra reference (Part 1's) would make a step that fits exactly run out: the grader
+    puts its ledger in front of such a pool (copy_block moves references: it keeps the references and
+    copies itself), so Part 2's exact count is judged as for a working pool, with no exemption."""
+    from grader.hidden.conftest import LEDGER
     judge = test_paged_step.JUDGES["paged_step.exact_count"]
     for seed in (0, 1, 2):
         for case in test_paged_step.PLANS["paged_step.exact_count"](rng_for(seed, "paged_step.exact_count")):
             expected = scenarios.step_script(reference, **case.inputs)
-            got = scenarios.step_script(_fake(BlockPool=_IncrefsSource), **case.inputs)
+            got = scenarios.step_script(_fake(BlockPool=_IncrefsSource), **case.inputs, ledger=LEDGER)
             assert judge(case, expected, got, Context()) is None, (seed, case.name)
+
+
+def test_an_exact_fit_that_runs_out_because_copy_on_write_copies_too_often_names_part_4():
+    """A copy-on-write that leaks the shared block (Part 4's rule broken) makes a step that fits run
+    out: no exemption, the case fails, and its message names Part 4 (scenarios.cow_probe)."""
+    from grader.selftest import mutants
+    bad = load(mutants.apply(mutants.BY_NAME["cow_leaks_shared"]), "cow_leaks_shared")
+    judge = test_paged_step.JUDGES["paged_step.exact_count"]
+    verdicts = [judge(c, scenarios.step_script(reference, **c.inputs), scenarios.step_script(bad, **c.inputs), Context())
+                for c in test_paged_step.PLANS["paged_step.exact_count"](rng_for(0, "paged_step.exact_count"))]
+    assert any(verdicts) and all("fix Part 4 first" in v for v in verdicts if v), verdicts
 
 
 def test_a_count_that_refuses_an_exact_fit_up_front_fails_whatever_copy_block_does():

@@ -67,11 +67,14 @@ def paged_step(params, cfg, seqs, chunks):
 
 def test_a_second_run_that_gives_no_answer_fails_its_cases_and_says_why(tmp_path):
     """A twin whose worker dies: its cases fail, naming the run that failed, never a pass nor a
-    grader error; the check's other cases keep their points (its first run answered)."""
+    grader error; the same runs are Part 2's (paged_step.replays judges them): its case of them fails
+    too, its other case keeps its points, and no other check loses any."""
     checks, parts = graded(tmp_path, "crash", mutants.reference_text() + CRASH_IN_TWIN)
     assert checks["copy_on_write.sharing_invariance"] == 0, checks       # every case of it has a twin
-    assert 0 < checks["copy_on_write.fork"] < 4, checks                  # one case of three has a twin
-    assert parts["paged_step"] == 30 and parts["prefix_cache"] == 10, parts
+    assert checks["copy_on_write.fork"] == 4, checks                     # none of its cases has one
+    assert checks["paged_step.replays"] == 2, checks                     # its case of Part 4's twins fails
+    assert parts["paged_step"] == 28, parts
+    assert parts["prefix_cache"] == 10, parts
     said = json.loads((tmp_path / "crash.json").read_text())["tests"]
     name = report.test_name(rubric.CHECKS["copy_on_write.sharing_invariance"])
     text = next(t["output"] for t in said if t["name"] == name)

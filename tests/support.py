@@ -206,6 +206,8 @@ def part1_problem(pk):
             if not said and sc.copy_moves_references(pk):
                 said = "pool.copy_block changes the source's refcount, or gives the copy another than 1"
             _WORKS["part1"] = said or None
+        except sc.Unbuilt:        # no pool at all: each test says so itself (conftest: "needs a BlockPool first")
+            _WORKS["part1"] = None
         except Exception as e:  # noqa: BLE001  (not implemented, or broken: either way it does not work)
             _WORKS["part1"] = probe_failure(e)
     return _WORKS["part1"]

@@ -39,6 +39,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -312,7 +313,7 @@ class Grading:
                 if order:
                     owners = sorted({c for c, _ in uses})
                     self.second_futures["seconds"] = self.executor.submit(
-                        self._call, "second runs", [entries[k] for k in order], self._deadline(owners),
+                        self._call, "second runs", [_batched(entries[k]) for k in order], self._deadline(owners),
                         retry=False, each=True)      # retried per call
                 self.seconds = (order, uses, entries)
         return self.seconds
@@ -322,16 +323,24 @@ class Grading:
         call answered them all, else from a call of its own (so a crash or a hang costs only the cases
         that need that run)."""
         order, _, _ = self._start_seconds()
+        reply = None
         if key in order:
-            reply = self.second_futures["seconds"].result()
-            if reply.status == "ok":
-                return reply.data[order.index(key)]
-        with self.lock:
-            if key not in self.second_futures:
-                self.second_futures[key] = self.executor.submit(self._call, f"{check_id} (second run)", [call],
-                                                                self._deadline([check_id]), each=True)
-        reply = self.second_futures[key].result()
-        return reply.data[0] if reply.status == "ok" else reply
+            whole = self.second_futures["seconds"].result()
+            if whole.status == "ok":
+                reply = whole.data[order.index(key)]
+        if reply is None:
+            with self.lock:
+                if key not in self.second_futures:
+                    self.second_futures[key] = self.executor.submit(
+                        self._call, f"{check_id} (second run)", [_batched(call)], self._deadline([check_id]), each=True)
+            whole = self.second_futures[key].result()
+            reply = whole.data[0] if whole.status == "ok" else whole
+        if reply.status == "ok":        # a batch of one call: its answer (an Unbuilt's too: batch says so as data)
+            data = reply.data
+            ok = isinstance(data, list) and len(data) == 1
+            return replace(reply, data=data[0]) if ok else replace(reply, status="bad_reply", data=None,
+                                                                  error="the worker's answer has the wrong form")
+        return reply
 
     def _case_entries(self, check_id, i):
         """[(entry, call)] of case i's second runs, or None when they cannot be made."""
@@ -398,6 +407,9 @@ class Grading:
             got, failed = self.second(check_id, i)
             if failed:
                 return failed
+            built = next((_unbuilt(g, rubric.CHECKS[check_id].part) for g in got if _unbuilt(g)), "")
+            if built:
+                return "  " + built
             calls = [call for _, call in self._case_entries(check_id, i)]
             expected, case = self.expected[check_id][i], case._replace(inputs={**case.inputs, "calls": calls})
             return self._judged(check_id, case, expected, got, None)
@@ -429,6 +441,12 @@ class Grading:
         self.executor.shutdown(wait=True)
         while not self.sandboxes.empty():
             self.sandboxes.get().close()
+
+
+def _batched(call):
+    """A second run's call as the scenario `batch` of it alone, so that a scenario that cannot build what
+    it needs (scenarios.Unbuilt) answers so as data, as a first run's calls do."""
+    return ["batch", {"calls": [call]}]
 
 
 def _entries(calls, entries):

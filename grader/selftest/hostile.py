@@ -1620,8 +1620,8 @@ HOSTILES = grouped([
       "nothing of the logits check", "solution", _MEMO_TWIN, "bottom", caps=(("prefix_cache", 8.0),)),
     H("patch_twin", "a Part 4 bug only a twin sees (paged_step writes through the tables from before copy-on-write) "
       "with scenarios.SCENARIOS['sharing_script'] replaced so that its twin is a copy of its own run: it may earn no "
-      "more than the bug alone (_STALE_TABLE_STEP: 24.67 on seed 0, the drivers running on test-chosen tokens; "
-      "checks/test_twins.py)", "solution", _PATCH_TWIN, "bottom", caps=(("copy_on_write", 24.67),)),
+      "more than the bug alone (_STALE_TABLE_STEP: 28 on seed 0, sharing_invariance lost, the drivers' steps "
+      "being the test's own; checks/test_twins.py)", "solution", _PATCH_TWIN, "bottom", caps=(("copy_on_write", 28.0),)),
     Family("structural rules and feedback leaks"),
     H("part3_gathers_any_way", "blockwise_attention tries to gather the whole K/V every way the tests' storage might "
       "allow (fancy index, slice, Ellipsis, np.asarray, iteration, a served block's .base), swallows the refusals, "
