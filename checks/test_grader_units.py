@@ -113,8 +113,11 @@ def test_locate(tmp_path):
     (tmp_path / "a" / "other" / "paged_kv.py").write_text("")
     with pytest.raises(SubmissionError, match="Found 2 files"):
         locate(tmp_path / "a")
-    (tmp_path / "a" / "paged_kv.py").write_text("")
+    (tmp_path / "a" / "paged_kv.py").write_text("x = 3\n")
     assert locate(tmp_path / "a") == tmp_path / "a" / "paged_kv.py"         # the top one wins
+    (tmp_path / "a" / "paged_kv.py").write_text(" \n\n")
+    with pytest.raises(SubmissionError, match=r"^paged_kv.py is empty \(3 bytes\): there is no code to grade"):
+        locate(tmp_path / "a")                                               # said empty, not 16 names missing
     big = tmp_path / "big.py"
     big.write_bytes(b"#" * (2 << 20))
     with pytest.raises(SubmissionError, match="limit"):
