@@ -82,13 +82,15 @@ browser-check:
 
 FEEDBACK ?= full
 autograder: $(VENV)/.ready
-	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK)
+	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK) $(if $(SECRET),--secret-file $(SECRET))
 
 # Fresh Debian roots (debootstrap minbase, cached in /var/cache/cs349e-gsim/): setup.sh, then run_autograder on the
-# reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.
+# reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py. Its own zip, with a
+# throwaway secret: it never replaces the course's build/autograder.zip.
 SUITES ?= bookworm bullseye
-gradescope-sim: autograder
-	$(PY) -m grader.gradescope.sim $(foreach s,$(SUITES),--suite $(s)) --zip build/autograder.zip
+gradescope-sim: $(VENV)/.ready
+	$(PY) -m grader.gradescope.build build/gradescope-sim/autograder.zip --throwaway-secret
+	$(PY) -m grader.gradescope.sim $(foreach s,$(SUITES),--suite $(s)) --zip build/gradescope-sim/autograder.zip
 
 selftest: $(VENV)/.ready
 	$(PY) -m grader.selftest.run --jobs $(JOBS)

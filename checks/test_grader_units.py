@@ -132,12 +132,20 @@ def test_locate(tmp_path):
 
 
 def test_seed_per_student(tmp_path):
+    """The seed is keyed with the course secret: the same student gets the same seed, another student
+    or another secret another one, and metadata naming students without a secret is refused."""
+    from grader import coursesecret
     meta = tmp_path / "m.json"
-    meta.write_text(json.dumps({"users": [{"id": 7, "email": "a@b"}], "id": 123}))
+    meta.write_text(json.dumps({"users": [{"id": 7, "email": "A@B.edu"}], "id": 123}))
     other = tmp_path / "o.json"
     other.write_text(json.dumps({"users": [{"id": 8}], "id": 123}))
-    assert seed_for(meta) == seed_for(meta) != seed_for(other)
-    assert seed_for(tmp_path / "absent.json") == 0 and seed_for(meta, override=5) == 5
+    secret, another = coursesecret.throwaway(), coursesecret.throwaway()
+    assert seed_for(meta, secret=secret) == seed_for(meta, secret=secret) != seed_for(other, secret=secret)
+    assert seed_for(meta, secret=secret) != seed_for(meta, secret=another)
+    assert seed_for(meta, secret=secret) == coursesecret.seed(secret, "a@b.edu")        # the email, lowercased
+    assert seed_for(tmp_path / "absent.json", secret=secret) == 0 and seed_for(meta, override=5) == 5
+    with pytest.raises(coursesecret.SecretError, match="no course secret"):
+        seed_for(meta)
 
 
 # ------------------------------------------------------------------ the report students read first
