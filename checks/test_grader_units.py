@@ -218,7 +218,7 @@ def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_
     assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
     assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
     from grader import gradebook
-    assert {"base", "extra_credit", "bonus_attempted", "total", "prefix_cache"} <= set(gradebook.fields())
+    assert {"base", "extra_credit", "prefix_cache_attempted", "total", "prefix_cache"} <= set(gradebook.fields())
 
 
 def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on):
