@@ -215,6 +215,8 @@ def test_identical_bytes_are_grouped_and_near_copies_and_clusters_found():
     shares = [resemblance.compare(n, "ref", _profile(files[n]), reference) for n in honest]
     assert max(max(p.norm_a, p.raw_a) for p in shares if p) < integrity.NEAR_COPY / 2, shares
     assert "similar to yara (cluster " in "; ".join(flags.of("kim")) and not flags.of("leo")
+    big = next(c for c in flags.similar if "ada" in c.members)                 # a flag names 4, the cluster all
+    assert f"similar to hal, ivy, rita, sam and {len(big.students) - 5} more (cluster {big.number})" in flags.of("ada")
 
 
 def test_the_starter_layout_makes_no_file_a_near_copy():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from grader import paths, resemblance, triage
 
 NEAR_COPY = resemblance.FLAG    # share of a file's own code found in the reference
+NAMED = 4                       # members of its cluster a "similar to" flag names (the cluster lists them all)
 TODO = "not implemented yet"     # how the hidden suites say a case stopped at a starter TODO (conftest._no_answer)
 
 
@@ -90,7 +91,9 @@ class Flags:
         cluster = self.cluster_of(name)
         others = [m for m in cluster.students if m != name and m not in same] if cluster else []
         if others:
-            out.append(f"similar to {', '.join(others)} (cluster {cluster.number})")
+            more = f" and {len(others) - NAMED} more" if len(others) > NAMED + 1 else ""
+            named = others[:NAMED] if more else others
+            out.append(f"similar to {', '.join(named)}{more} (cluster {cluster.number})")
         return out + list(self.identity.get(name, ()))
 
     def cluster_of(self, name):
