@@ -14,15 +14,15 @@ help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
 	@echo "make test [IMPL=dir] [PART=$(PART_IDS)]"
 	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
-	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another dir: build/submission-dir.zip)"
+	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another folder F: build/submission-F.zip)"
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"
-	@echo "make batch DIR=d [JOBS=2] [SEED=n]  grade a class folder into build/gradebook.csv, feedback files and"
-	@echo "                           build/gradebook.html (rerun to resume); SEED: one seed for all"
-	@echo "make regrade DIR=d NAME=n [SEED=n]  grade submission n of the batch again, exactly as the batch did"
-	@echo "make similarity DIR=d [OUT=build/similarity.html]  pairwise similarity (copydetect, into build/staff-venv on first use)"
+	@echo "make batch DIR=d [ROSTER=csv] [SECRET=path] [JOBS=2] [SEED=n]  grade a class folder into build/gradebook.csv,"
+	@echo "                           feedback files and build/gradebook.html (rerun to resume); SEED: one seed for all"
+	@echo "make regrade DIR=d NAME=n [ROSTER=csv] [SECRET=path] [SEED=n]  grade submission n again, exactly as the batch did"
+	@echo "make similarity DIR=d [OUT=build/similarity.html] [THRESHOLD=0.6] [TOP=10]  similar files in clusters, side by side"
 	@echo "make browser-check [REPORT=build/gradebook.html]  open the class report in headless chromium"
-	@echo "make autograder [FEEDBACK=full|brief|points]  build/autograder.zip for Gradescope"
+	@echo "make autograder [FEEDBACK=full|brief|points] [SECRET=path]  build/autograder.zip for Gradescope (staff only)"
 	@echo "make gradescope-sim [SUITES=\"bookworm bullseye\"]  as root: the autograder in fresh Debian roots"
 	@echo "make selftest [JOBS=2]     grade the mutants, correct variants and hostile submissions"
 	@echo "make bench                 the benchmarks reported in the issues"
@@ -51,7 +51,8 @@ grade: $(VENV)/.ready
 	$(PY) -m grader $(SUBMISSION) --results build/results.json
 
 JOBS ?= 2
-SEED_ARG = $(if $(SEED),--seed $(SEED))
+# The course secret (grader/coursesecret.py): SECRET=path, else $$CS349E_COURSE_SECRET. ROSTER: the class's roster CSV.
+SEED_ARG = $(if $(SEED),--seed $(SEED)) $(if $(SECRET),--secret-file $(SECRET)) $(if $(ROSTER),--roster $(ROSTER))
 NEED_DIR = @test -n "$(DIR)" || { echo "make $@: give the class folder, e.g. make $@ DIR=submissions"; exit 2; }
 batch: $(VENV)/.ready
 	$(NEED_DIR)
@@ -59,7 +60,7 @@ batch: $(VENV)/.ready
 
 regrade: $(VENV)/.ready
 	$(NEED_DIR)
-	@test -n "$(NAME)" || { echo "make regrade: give the submission's name in DIR, e.g. make regrade DIR=$(DIR) NAME=alice"; exit 2; }
+	@test -n "$(NAME)" || { echo "make regrade: give the submission's name in DIR (or its student's id), e.g. make regrade DIR=$(DIR) NAME=alice"; exit 2; }
 	$(PY) -m grader batch $(DIR) --jobs $(JOBS) --csv build/gradebook.csv $(SEED_ARG) --regrade "$(NAME)"
 
 # Staff tooling, never the grader's or the students' runtime: copydetect in its own venv.
@@ -74,7 +75,8 @@ OUT ?= build/similarity.html
 similarity:
 	$(NEED_DIR)
 	@$(MAKE) --no-print-directory $(STAFF_VENV)/.ready
-	$(STAFF_VENV)/bin/python -m grader.similarity $(DIR) --out $(OUT)
+	$(STAFF_VENV)/bin/python -m grader.similarity $(DIR) --out $(OUT) $(if $(THRESHOLD),--threshold $(THRESHOLD)) \
+	  $(if $(TOP),--top $(TOP))
 
 REPORT ?= build/gradebook.html
 browser-check:
@@ -82,13 +84,15 @@ browser-check:
 
 FEEDBACK ?= full
 autograder: $(VENV)/.ready
-	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK)
+	$(PY) -m grader.gradescope.build build/autograder.zip --feedback $(FEEDBACK) $(if $(SECRET),--secret-file $(SECRET))
 
 # Fresh Debian roots (debootstrap minbase, cached in /var/cache/cs349e-gsim/): setup.sh, then run_autograder on the
-# reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py.
+# reference, the starter, a syntax error and a hostile submission; see grader/gradescope/sim.py. Its own zip, with a
+# throwaway secret: it never replaces the course's build/autograder.zip.
 SUITES ?= bookworm bullseye
-gradescope-sim: autograder
-	$(PY) -m grader.gradescope.sim $(foreach s,$(SUITES),--suite $(s)) --zip build/autograder.zip
+gradescope-sim: $(VENV)/.ready
+	$(PY) -m grader.gradescope.build build/gradescope-sim/autograder.zip --throwaway-secret
+	$(PY) -m grader.gradescope.sim $(foreach s,$(SUITES),--suite $(s)) --zip build/gradescope-sim/autograder.zip
 
 selftest: $(VENV)/.ready
 	$(PY) -m grader.selftest.run --jobs $(JOBS)

@@ -1,5 +1,7 @@
 """Shared setup for the checks of the lab and the reference: lab/ and solution/ on sys.path, and
 `paged_kv` imported from solution/ (the reference), the way the contract imports an implementation."""
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,10 @@ import paged_kv  # noqa: E402
 
 assert Path(paged_kv.__file__).resolve().parent == ROOT / "solution", \
     f"checks expect the reference paged_kv, got {paged_kv.__file__}"
+
+# A throwaway course secret for this session and every command it starts (grader/coursesecret.py): the
+# checks never use, print or bake in the course's own, and the commands that need one have one.
+os.environ["CS349E_COURSE_SECRET"] = secrets.token_urlsafe(32)
 
 
 def _switched(on):

@@ -125,8 +125,11 @@ def test_locate(tmp_path):
     (tmp_path / "a" / "other" / "paged_kv.py").write_text("")
     with pytest.raises(SubmissionError, match="Found 2 files"):
         locate(tmp_path / "a")
-    (tmp_path / "a" / "paged_kv.py").write_text("")
+    (tmp_path / "a" / "paged_kv.py").write_text("x = 3\n")
     assert locate(tmp_path / "a") == tmp_path / "a" / "paged_kv.py"         # the top one wins
+    (tmp_path / "a" / "paged_kv.py").write_text(" \n\n")
+    with pytest.raises(SubmissionError, match=r"^paged_kv.py is empty \(3 bytes\): there is no code to grade"):
+        locate(tmp_path / "a")                                               # said empty, not 16 names missing
     big = tmp_path / "big.py"
     big.write_bytes(b"#" * (2 << 20))
     with pytest.raises(SubmissionError, match="limit"):
@@ -141,12 +144,20 @@ def test_locate(tmp_path):
 
 
 def test_seed_per_student(tmp_path):
+    """The seed is keyed with the course secret: the same student gets the same seed, another student
+    or another secret another one, and metadata naming students without a secret is refused."""
+    from grader import coursesecret
     meta = tmp_path / "m.json"
-    meta.write_text(json.dumps({"users": [{"id": 7, "email": "a@b"}], "id": 123}))
+    meta.write_text(json.dumps({"users": [{"id": 7, "email": "A@B.edu"}], "id": 123}))
     other = tmp_path / "o.json"
     other.write_text(json.dumps({"users": [{"id": 8}], "id": 123}))
-    assert seed_for(meta) == seed_for(meta) != seed_for(other)
-    assert seed_for(tmp_path / "absent.json") == 0 and seed_for(meta, override=5) == 5
+    secret, another = coursesecret.throwaway(), coursesecret.throwaway()
+    assert seed_for(meta, secret=secret) == seed_for(meta, secret=secret) != seed_for(other, secret=secret)
+    assert seed_for(meta, secret=secret) != seed_for(meta, secret=another)
+    assert seed_for(meta, secret=secret) == coursesecret.seed(secret, "a@b.edu")        # the email, lowercased
+    assert seed_for(tmp_path / "absent.json", secret=secret) == 0 and seed_for(meta, override=5) == 5
+    with pytest.raises(coursesecret.SecretError, match="no course secret"):
+        seed_for(meta)
 
 
 # ------------------------------------------------------------------ the report students read first
@@ -219,7 +230,7 @@ def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_
     assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
     assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
     from grader import gradebook
-    assert {"base", "extra_credit", "bonus_attempted", "total", "prefix_cache"} <= set(gradebook.fields())
+    assert {"base", "extra_credit", "prefix_cache_attempted", "total", "prefix_cache"} <= set(gradebook.fields())
 
 
 def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on):

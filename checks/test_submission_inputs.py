@@ -134,3 +134,23 @@ def test_a_member_that_lies_about_its_size_is_never_unpacked_beyond_it(tmp_path)
     stops at the declared size and the CRC check fails: refused, and nothing large was produced."""
     path = patched(make_zip(tmp_path / "liar.zip", [("paged_kv.py", bytes(2 << 20))]), size=100)
     assert "cannot be unpacked" in _refusal(path)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n\n  \t\n"])
+def test_an_empty_file_is_told_it_is_empty_by_the_grader_and_by_make_submit(tmp_path, data):
+    """Not "it does not define BlockPool, ..." (16 names): there is nothing in it (issue 34, item 6)."""
+    folder = folder_with(tmp_path, "paged_kv.py", data)
+    with pytest.raises(SubmissionError, match=rf"^paged_kv.py is empty \({len(data)} bytes\): there is no code"):
+        with opened(folder):
+            pass
+    with pytest.raises(SubmissionError, match=r"^This is a zip: paged_kv.py is empty"):
+        with opened(make_zip(tmp_path / "s.zip", [("paged_kv.py", data)])):
+            pass
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(paths.REPO / "tools" / "labtool.py"), "submit", "--impl", str(folder),
+                           "--out", str(tmp_path / "out.zip")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and not (tmp_path / "out.zip").exists()
+    assert done.stdout.splitlines()[:2] == ["Not submittable yet:", f"{folder / 'paged_kv.py'} is empty: there is "
+                                            "nothing to test or submit. Start from the starter's paged_kv.py (it "
+                                            "defines every name of the contract) and write your code in it."]

@@ -1,4 +1,4 @@
-"""python -m grader SUBMISSION [--results PATH] [--seed N] | python -m grader batch DIR [options] (batch.py)
+"""python -m grader SUBMISSION [--results PATH] [--seed N] [--secret-file PATH] | python -m grader batch DIR [options]
 
 SUBMISSION: a paged_kv.py, a folder holding one (Gradescope's /autograder/submission), or the zip
 `make submit` writes.
@@ -14,7 +14,7 @@ import sys
 for _blas in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_blas, "1")    # before numpy: the reference's small products, on the core the workers leave
 
-from grader import feedback  # noqa: E402
+from grader import coursesecret, feedback  # noqa: E402
 from grader.grade import GraderBroken, ResultsNotWritten, grade, seed_for  # noqa: E402
 
 
@@ -28,14 +28,16 @@ def main(argv=None):
         from grader.batch import main as batch_main
         return batch_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m grader", description="Grade one paged_kv.py submission.",
-                                 epilog="To grade a class: python -m grader batch DIR [--jobs N] [--csv PATH] [--seed N] "
-                                        "[--isolate auto|yes|no] [--regrade NAME]; python -m grader batch --help "
-                                        "says more.")
+                                 epilog="To grade a class: python -m grader batch DIR [--jobs N] [--csv PATH] [--roster CSV] "
+                                        "[--secret-file PATH] [--seed N] [--isolate auto|yes|no] [--regrade NAME]; "
+                                        "python -m grader batch --help says more.")
     ap.add_argument("submission", help="a paged_kv.py file, a folder holding one, or a zip")
     ap.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     ap.add_argument("--seed", type=int, help="seed of the hidden inputs (default: from --metadata, else 0)")
     ap.add_argument("--metadata", default="/autograder/submission_metadata.json",
                     help="Gradescope's submission_metadata.json (for the per-student seed)")
+    ap.add_argument("--secret-file", help=f"the course secret the per-student seed is keyed with (default: "
+                                          f"${coursesecret.ENV}; the autograder zip holds it)")
     ap.add_argument("--job", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)     # batch: die with it
     ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
@@ -51,11 +53,12 @@ def main(argv=None):
         die_with_parent(args.parent_pid)
     try:
         level = args.feedback or (feedback.level_from(args.config) if args.config else feedback.DEFAULT)
+        seed = seed_for(args.metadata, args.seed, coursesecret.load(args.secret_file, required=False))
     except ValueError as e:
         print(f"grader: {e}", file=sys.stderr)
         return 2
     try:
-        grade(args.submission, args.results, seed=seed_for(args.metadata, args.seed), job=args.job,
+        grade(args.submission, args.results, seed=seed, job=args.job,
               isolate={"auto": None, "yes": True, "no": False}[args.isolate], quiet=args.quiet, level=level)
     except (FileNotFoundError, ResultsNotWritten) as e:
         print(f"grader: {e}", file=sys.stderr)

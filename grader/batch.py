@@ -1,13 +1,16 @@
 """Grade a folder of submissions, N at a time, into a CSV gradebook, feedback files and a class report.
 
-    python -m grader batch DIR [--jobs N] [--csv PATH] [--seed N] [--isolate auto|yes|no] [--regrade NAME]
+    python -m grader batch DIR [--jobs N] [--csv PATH] [--roster CSV] [--secret-file PATH] [--seed N]
+                               [--isolate auto|yes|no] [--regrade NAME]
 
 A submission is each subfolder, loose .py file and .zip file of DIR (names starting with "." are
 skipped). Each is graded by its own `python -m grader` process (a crash or a hostile submission
 cannot touch the others' grading), with its own job number so concurrent sandboxes never share a
-uid or a folder, and killed with the batch (PR_SET_PDEATHSIG). Seeds: --seed for all, else the
-submission's submission_metadata.json if it has one (Gradescope's seed for the same student),
-else its name.
+uid or a folder, and killed with the batch (PR_SET_PDEATHSIG). Who each submission is comes from
+staff only (grader/roster.py: --roster, else Gradescope's export metadata at the top of DIR, else
+the entries' names), never from a file inside a submission. Seeds: --seed for all, else each
+student's (or group's) keyed with the course secret (grader/coursesecret.py: --secret-file or
+$CS349E_COURSE_SECRET; without either the batch stops), which the gradings never see.
 
 Resumable: each result is written atomically, then stamped (in RESULTS/.stamps/) with the hashes of
 the submission, of the grader (fingerprint.grader_hash), the seed, whether it was isolated, and of
@@ -23,7 +26,6 @@ it happens: done / total, elapsed, an estimate of the time left. At the end: the
 the class summary with its integrity flags (classview.py, integrity.py).
 """
 import argparse
-import hashlib
 import json
 import os
 import queue
@@ -36,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import classpage, classview, gradebook, handback, integrity, paths, report
+from grader import classpage, classview, coursesecret, gradebook, handback, integrity, paths, report, roster
 from grader.fingerprint import bytes_hash, entry_hash, grader_hash
 from grader.submission import SubmissionError, opened
 
@@ -53,16 +55,10 @@ def submissions(folder):
     return {(stem if stems.count(stem) == 1 else e.name): e for stem, e in zip(stems, entries)}
 
 
-def seed_of(name, path, fixed=None):
-    """The seed a submission is graded with: `fixed` (--seed), else Gradescope's from its
-    submission_metadata.json, else one from its name."""
-    if fixed is not None:
-        return fixed
-    meta = path / "submission_metadata.json" if path.is_dir() else None
-    if meta and meta.is_file():
-        from grader.grade import seed_for
-        return seed_for(meta)
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+def seeds(identity, names, fixed=None, secret=None):
+    """name -> the seed its submission is graded with: `fixed` (--seed) for all, else the course
+    secret's seed of the entry's students (roster.Identity.key: their emails, else their ids)."""
+    return {name: fixed if fixed is not None else coursesecret.seed(secret, identity.key(name)) for name in names}
 
 
 def graded_file(path):
@@ -133,11 +129,12 @@ class Children:
 
     def run(self, cmd):
         """(exit status, stdout, stderr) of one grading; None when the batch is stopping."""
+        env = {k: v for k, v in os.environ.items() if k != coursesecret.ENV}      # a grading needs its seed only
         with self.lock:
             if self.closed:
                 return None
             proc = subprocess.Popen(cmd, cwd=paths.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True)
+                                    stdin=subprocess.DEVNULL, text=True, env=env)
             self.running.add(proc)
         try:
             out, err = proc.communicate()
@@ -223,15 +220,19 @@ class Outputs:
 
 HELP_EPILOG = """\
 outputs, beside the CSV (build/gradebook.csv by default):
-  gradebook.csv            one row per submission, after a "Points Possible" row (see README)
+  gradebook.csv            one row per student of each submission, after a "Points Possible" row
   gradebook-results/       each submission's results.json, and the stamps a rerun checks
-  gradebook-feedback/      NAME.txt: exactly what the student sees of their results.json
-  gradebook.html           the class report: histograms, most failed checks, flags, links
+  gradebook-feedback/      ID.txt: exactly what the student with that LMS id sees of their results.json
+  gradebook.html           the class report: histograms, most failed checks, flags, similar files, links
   gradebook.partial.csv    after Ctrl-C or SIGTERM: the rows of what was done
 
+ids: from --roster (columns id, name, submission; LMS export headers too), else Gradescope's export
+(submission_metadata.yml at the top of DIR), else the entries' names. A file inside a submission
+never decides who it is. Seeds: keyed with the course secret (the one make autograder used), so
+Gradescope and the batch give a student the same inputs when the batch knows the student's email.
+
 regrade one submission exactly as the batch did (same seed, isolation and row): the same
-command with --regrade NAME (make regrade DIR=... NAME=...). Gradescope grades a folder that
-holds submission_metadata.json with the same seed.
+command with --regrade NAME (NAME: the entry's name or the student's id; make regrade DIR=... NAME=...).
 """
 
 
@@ -242,14 +243,18 @@ def parse(argv):
     ap.add_argument("--jobs", type=int, default=2, help="gradings at a time (default: 2; each uses about one core)")
     ap.add_argument("--csv", default="build/gradebook.csv",
                     help="the gradebook to write; the other outputs go beside it (default: build/gradebook.csv)")
+    ap.add_argument("--roster", help="the class's roster CSV: columns id, name and submission (the file or folder "
+                                     "name in DIR); Canvas, Gradescope and Moodle export headers work too")
+    ap.add_argument("--secret-file", help=f"the course secret that keys each student's seed (default: "
+                                          f"${coursesecret.ENV}; required unless --seed)")
     ap.add_argument("--seed", type=int, help="grade every submission with this seed of the hidden inputs (default: "
-                                             "each its own: Gradescope's from its submission_metadata.json, else "
-                                             "one from its name; the CSV's seed column says which)")
+                                             "each student's own, keyed with the course secret; the CSV's seed "
+                                             "column says which)")
     ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
                     help="run submissions as an unprivileged user in namespaces (auto, the default: when root)")
     ap.add_argument("--regrade", action="append", default=[], metavar="NAME",
-                    help="grade NAME again even if its stored result is still valid, and print its staff table "
-                         "(repeatable)")
+                    help="grade NAME (an entry's name or a student's id) again even if its stored result is still "
+                         "valid, and print its staff table (repeatable)")
     return ap.parse_args(argv)
 
 
@@ -259,43 +264,57 @@ def main(argv):
         print(f"grader: no such folder: {args.folder}", file=sys.stderr)
         return 2
     subs = submissions(args.folder)
+    try:
+        identity = roster.identify(args.folder, subs, args.roster)
+        secret = coursesecret.load(args.secret_file) if args.seed is None else None
+    except (roster.RosterError, coursesecret.SecretError) as e:
+        print(f"grader: {e}" + (" (or --seed N: one seed for every submission)"
+                                if isinstance(e, coursesecret.SecretError) else ""), file=sys.stderr)
+        return 2
+    by_id = {s.id: name for name in subs for s in identity.students.get(name, ())}
+    args.regrade = [n if n in subs else by_id.get(n, n) for n in args.regrade]
     unknown = [n for n in args.regrade if n not in subs]
     if unknown:
-        print(f"grader: no submission named {', '.join(unknown)} in {args.folder} (its names: "
+        print(f"grader: no submission or student id {', '.join(unknown)} in {args.folder} (its names: "
               f"{', '.join(subs) or 'none'})", file=sys.stderr)
         return 2
     out = Outputs(args.csv)
     store = Store(out.results)
     grader = grader_hash()
-    stamps = {name: {"submission": entry_hash(path), "grader": grader, "seed": seed_of(name, path, args.seed),
+    seed = seeds(identity, subs, args.seed, secret)
+    stamps = {name: {"submission": entry_hash(path), "grader": grader, "seed": seed[name],
                      "isolated": isolated(args.isolate)} for name, path in subs.items()}
     results = {name: None if name in args.regrade else store.valid(name, stamps[name]) for name in subs}
     todo = [name for name in subs if results[name] is None]
     jobs = max(1, min(args.jobs, len(todo) or 1))
     plan = f"{len(todo)} to grade with {jobs} job{'s' * (jobs > 1)}" if todo else "nothing to grade"
     say(f"{len(subs)} submissions in {args.folder}: {len(subs) - len(todo)} already graded (same file, same "
-        f"grader), {plan}. Results in {store.folder}")
+        f"grader), {plan}. Results in {store.folder}\n{identity.said()}")
     errors, tables = {}, {}
     stopped = _grade(todo, subs, store, stamps, jobs, args, results, errors, tables)
     files = {name: graded_file(path) for name, path in subs.items()}
-    flags = integrity.flags({n: f[0] for n, f in files.items()}, results)
-    rows = [gradebook.row(name, results[name], error=errors.get(name, ""),
-                          student=gradebook.student_id(name, subs[name]), flags=flags.of(name),
-                          from_zip=files[name][1], seed=stamps[name]["seed"]) for name in subs]
+    flags = integrity.flags({n: f[0] for n, f in files.items()}, results, identity)
+    rows = [gradebook.row(name, results[name], error=errors.get(name, ""), student=student, flags=flags.of(name),
+                          from_zip=files[name][1], seed=stamps[name]["seed"])
+            for name in subs for student in identity.of(name)]
     if stopped:
         done = [r for r in rows if results[r["submission"]] is not None]
+        finished = len({r["submission"] for r in done})
         gradebook.write(out.partial, done)
-        say(f"\nInterrupted ({stopped}). Every finished result is kept ({len(done)} of {len(rows)} submissions): "
-            f"run the same command again to grade the rest.\nA partial gradebook of those {len(done)}: "
+        say(f"\nInterrupted ({stopped}). Every finished result is kept ({finished} of {len(subs)} submissions): "
+            f"run the same command again to grade the rest.\nA partial gradebook of those {finished}: "
             f"{out.partial} ({out.csv} is not written until every submission is graded).")
         return 143 if stopped == "SIGTERM" else 130
+    rows += [gradebook.absent_row(student, why) for student, why in identity.absent]
     gradebook.write(out.csv, rows)
     out.partial.unlink(missing_ok=True)
-    handback.write(out.feedback, results)
-    classpage.write(out.page, results, rows, flags, out.feedback)
-    failed = [r for r in rows if r["status"].startswith("grader failed")]
-    say(f"\n{len(rows)} submissions -> {args.csv} ({len(todo)} graded, {len(rows) - len(todo)} reused)")
-    say(f"  feedback for each student: {out.feedback}/NAME.txt; the class report: {out.page}")
+    stems = handback.file_names([(r["submission"], r["student_id"]) for r in rows if r["submission"]])
+    handback.write(out.feedback, {stem: results[entry] for (entry, _), stem in stems.items()})
+    classpage.write(out.page, results, rows, flags, out.feedback, stems)
+    failed = {r["submission"]: r for r in rows if r["status"].startswith("grader failed")}.values()
+    say(f"\n{len(subs)} submissions, {len(rows)} rows -> {args.csv} ({len(todo)} graded, {len(subs) - len(todo)} "
+        "reused)")
+    say(f"  feedback for each student: {out.feedback}/ID.txt; the class report: {out.page}")
     for row in failed:
         say(f"  {row['submission']}: {row['status']}")
     for name, table in tables.items():
@@ -310,6 +329,8 @@ def main(argv):
 def _again(args):
     """The command that repeats this batch's settings."""
     words = ["python", "-m", "grader", "batch", args.folder, "--csv", args.csv]
+    words += ["--roster", args.roster] if args.roster else []
+    words += ["--secret-file", args.secret_file] if args.secret_file else []
     words += ["--seed", str(args.seed)] if args.seed is not None else []
     words += ["--isolate", args.isolate] if args.isolate != "auto" else []
     return " ".join(shlex.quote(w) for w in words)

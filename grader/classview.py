@@ -1,6 +1,7 @@
 """What staff read after grading a class: how the scores are spread (the base score out of 100,
 the extra credit apart, each part), which checks the most submissions failed, i.e. what the class
-did not understand, and the integrity flags.
+did not understand, the integrity flags (similar files in clusters, grader/triage.py) and where the
+ids came from (grader/roster.py), with its flags.
 
 Input: the results.json of every submission (dicts as report.results_json writes them) and the
 class's integrity.Flags. Submissions that were not graded at all (a syntax error, a missing name,
@@ -12,7 +13,7 @@ list is cut after TOP_FAILED checks, but never between two checks failed equally
 
 classpage.py draws the same numbers as a web page.
 """
-from grader import gradebook, report, rubric
+from grader import gradebook, report, rubric, triage
 from grader.integrity import Flags, untouched
 
 BAR = 40                # characters of the longest histogram bar
@@ -115,6 +116,7 @@ def summary(results, flags=None):
     graded = groups(results, flags)[0]
     said, apart = counts(results, flags)
     lines = [f"Class summary: {said}", *(f"  {label}: " + ", ".join(names) for label, names in apart)]
+    lines += [f"  {flags.ids}"] if flags.ids else []
     scored = [r for r in results.values() if r is not None]
     if not scored:
         return lines + _flag_lines(flags)
@@ -137,14 +139,30 @@ def summary(results, flags=None):
     return lines + _flag_lines(flags)
 
 
-def _flag_lines(flags):
-    lines = ["", "Integrity flags (look before publishing; no flag changes a grade):"]
+def flag_groups(flags):
+    """[(label, [lines])] of the class's flags, each group that has any (the summary and the page)."""
     said = [("not started", [f"{n} ({why})" for n, why in sorted(flags.not_started.items())]),
             ("identical files", [" = ".join(g) for g in flags.identical]),
-            ("near-copies of solution/paged_kv.py", [f"{n} ({share:.0%} of its code)"
-                                                     for n, share in sorted(flags.near_copies.items())])]
-    lines += [f"  {label}: " + ", ".join(names) for label, names in said if names]
-    return lines if len(lines) > 2 else lines + ["  none"]
+            ("near-copies of solution/paged_kv.py", [f"{n} ({p.norm_a:.0%} of its code normalized, {p.raw_a:.0%} raw)"
+                                                     for n, p in sorted(flags.near_copies.items())]),
+            ("similar files, in clusters (make similarity DIR=... shows them side by side)",
+             [c.line() for c in flags.similar]),
+            ("who it is", [f"{n}: {'; '.join(why)}" for n, why in sorted(flags.identity.items())]),
+            ("roster rows without their submission", list(flags.absent))]
+    return [(label, lines) for label, lines in said if lines]
+
+
+def _flag_lines(flags):
+    lines = ["", "Integrity flags (look before publishing; no flag changes a grade):"]
+    for label, said in flag_groups(flags):
+        lines += [f"  {label}: " + ", ".join(said)] if label in ("not started", "identical files") or len(said) == 1 \
+            else [f"  {label}:", *(f"    {line}" for line in said)]
+    if len(lines) == 2:
+        lines.append("  none")
+    others = triage.closest_others(flags.pairs, flags.similar, top=1)
+    if others:
+        lines.append(f"  (the closest pair outside the clusters: {triage.pair_line(others[0])})")
+    return lines
 
 
 def _histogram(bins):

@@ -6,7 +6,6 @@ A grading the machine spoiled is no grading: when the sandbox cannot start, or a
 probe included) failed for the machine's reasons twice (sandbox.py: "grader_error"), GraderBroken
 says so and no results are written (exit 3: regrade), never a 0 or "fix this first"."""
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -14,13 +13,12 @@ import re
 import time
 from pathlib import Path
 
-from grader import feedback, paths, report, rubric
+from grader import coursesecret, feedback, paths, report, rubric
 from grader.collect import Collector
 from grader.fingerprint import bytes_hash, grader_hash
 from grader.score import score
 from grader.submission import SubmissionError, opened
 
-SEED_SALT = "cs349e-lecture7-paged-attention"
 STAFF_LINES = 30        # the sandbox's notes kept per grading (extra_data["sandbox"] and the staff table)
 
 
@@ -33,17 +31,23 @@ class ResultsNotWritten(OSError):
     """The results path cannot be written (a folder or another user's file in its place, no space)."""
 
 
-def seed_for(metadata_path, override=None):
-    """Hidden inputs per student: from Gradescope's submission_metadata.json when present (the users'
-    ids, so a resubmission sees the same inputs), else a fixed seed."""
+def seed_for(metadata_path, override=None, secret=None):
+    """Hidden inputs per student: from Gradescope's submission_metadata.json when present, keyed by
+    the course secret (coursesecret.seed of the users' key: a resubmission sees the same inputs, and
+    nobody without the secret can rebuild them), else seed 0 (a grading without a student). A file
+    naming students without a secret: coursesecret.SecretError."""
     if override is not None:
         return override
     try:
-        meta = json.loads(Path(metadata_path).read_text())
-        who = ",".join(sorted(str(u.get("id") or u.get("email")) for u in meta.get("users", [])))
+        key = coursesecret.key_of(json.loads(Path(metadata_path).read_text()).get("users") or [])
     except (OSError, ValueError, AttributeError, TypeError):
         return 0
-    return int.from_bytes(hashlib.sha256(f"{SEED_SALT}:{who}".encode()).digest()[:4], "little") if who else 0
+    if not key:
+        return 0
+    if secret is None:
+        raise coursesecret.SecretError(f"{metadata_path} names the students, but there is no course secret to seed "
+                                       f"their inputs with: {coursesecret.HOW}")
+    return coursesecret.seed(secret, key)
 
 
 def grade(submission, results_path, *, seed=0, job=0, isolate=None, quiet=False, level=feedback.DEFAULT):

@@ -1,31 +1,37 @@
 """The class's CSV gradebook, ready for an LMS import.
 
 One header line, then a "Points Possible" row (the maximum of every numeric column, where Canvas
-and most LMS imports look for it), then one row per submission:
+and most LMS imports look for it), then one row per student of each submission (a group's
+submission: one row per member, the same points), then one row per roster student without a
+submission:
 
-    submission       the entry's name in the class folder (file or folder name without .py / .zip)
-    student_id       from Gradescope's submission_metadata.json when the entry has one (the users'
-                     emails, ";" between the members of a group), else the entry's name
+    submission       the entry's name in the class folder (file or folder name without .py / .zip;
+                     empty for a roster student without one)
+    student_id       the LMS id, from staff only (grader/roster.py: the roster, or Gradescope's export
+                     metadata); without either, the entry's name. Never from a file inside a submission
+    name             the student's name from the same source ("" without one)
     base             points of Parts 1-4, out of rubric.TOTAL (100)
     extra_credit     points of the bonus parts (up to rubric.BONUS_TOTAL), never mixed into base
-    bonus_attempted  yes / no (no bonus names in the file, or the starter's bonus stubs left as
-                     they are) / not graded (some of the names missing, or the file not graded at all)
+    <part>_attempted for each bonus part (rubric.BONUS_PARTS): yes / no (none of its names in the
+                     file, or the starter's stubs of it left as they are) / not graded (some of its
+                     names missing, or the file not graded at all)
     total            base + extra_credit: Gradescope's score
     <part>           points per part (rubric.ALL_PARTS)
-    status           graded / not graded: <why> / grader failed: <why>
-    flags            integrity flags (grader/integrity.py), "; " between them
+    status           graded / not graded: <why> / grader failed: <why> / no submission
+    flags            integrity and identity flags (grader/integrity.py, grader/roster.py), "; " between them
     from_zip         yes when the file graded came out of a zip
     seed             the seed of the hidden inputs (regrading with it reproduces the row)
 
-The three bonus columns exist only while the bonus is on (rubric.BONUS).
+The bonus columns (extra_credit, each <part>_attempted, total) exist only while a bonus part is on
+(rubric.BONUS).
 
-Names, ids and flags come from the submissions, so a cell may start like a spreadsheet formula
-(=, +, -, @, a tab or a carriage return: a file named `=HYPERLINK(...).py`). As OWASP advises
-against CSV injection, such a text cell is written with a leading ' (what a spreadsheet shows as
-text and hides), and every text cell is wrapped in double quotes; numbers stay bare numbers.
+Names, ids and flags may come from what students named their files, so a cell may start like a
+spreadsheet formula (=, +, -, @, a tab or a carriage return: a file named `=HYPERLINK(...).py`). As
+OWASP advises against CSV injection, such a text cell is written with a leading ' (what a
+spreadsheet shows as text and hides), and every text cell is wrapped in double quotes; numbers stay
+bare numbers.
 """
 import csv
-import json
 import os
 from pathlib import Path
 
@@ -36,9 +42,14 @@ POINTS_ROW = "Points Possible"
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\0")
 
 
+def attempted_column(part):
+    return f"{part}_attempted"
+
+
 def fields():
-    bonus = ["extra_credit", "bonus_attempted", "total"] if rubric.BONUS_PARTS else []
-    return ["submission", "student_id", "base", *bonus, *rubric.ALL_PARTS, "status", "flags", "from_zip", "seed"]
+    bonus = ["extra_credit", *map(attempted_column, rubric.BONUS_PARTS), "total"] if rubric.BONUS_PARTS else []
+    return ["submission", "student_id", "name", "base", *bonus, *rubric.ALL_PARTS, "status", "flags", "from_zip",
+            "seed"]
 
 
 def points_row():
@@ -49,18 +60,6 @@ def points_row():
     return row
 
 
-def student_id(name, path):
-    """Gradescope's users (their emails, else their ids) when the entry is a folder with its
-    submission_metadata.json, else the entry's name."""
-    meta = Path(path) / "submission_metadata.json"
-    try:
-        users = json.loads(meta.read_text()).get("users") if Path(path).is_dir() and meta.is_file() else None
-        ids = [str(u.get("email") or u.get("id")) for u in users or [] if u.get("email") or u.get("id")]
-    except (OSError, ValueError, AttributeError, TypeError):
-        ids = []
-    return ";".join(ids) or name
-
-
 def base_and_extra(results):
     """(points of Parts 1-4, points of the bonus parts) of a results.json."""
     scores = report.part_scores(results)
@@ -68,21 +67,24 @@ def base_and_extra(results):
             round(sum(scores[p] for p in rubric.BONUS_PARTS), 2))
 
 
-def bonus_attempted(results):
-    """yes; no (no bonus name in the file, or the starter's bonus stubs left as they are); not graded."""
+def bonus_attempted(results, part):
+    """yes; no (none of the part's names in the file, or the starter's stubs of it left as they
+    are); not graded (some of its names missing, or the file not graded at all)."""
     staff = results.get("extra_data") or {}
     if staff.get("not_graded"):
         return "not graded"
-    left_out = [why for part, why in (staff.get("bonus") or {}).items() if part in rubric.BONUS_PARTS]
-    if left_out:
-        return "no" if all(why.startswith("bonus not attempted") for why in left_out) else "not graded"
-    return "no" if all(untouched(results, part) for part in rubric.BONUS_PARTS) else "yes"
+    why = (staff.get("bonus") or {}).get(part)
+    if why:
+        return "no" if why.startswith("bonus not attempted") else "not graded"
+    return "no" if untouched(results, part) else "yes"
 
 
-def row(name, results, *, error="", student="", flags=(), from_zip=False, seed=""):
+def row(name, results, *, error="", student=None, flags=(), from_zip=False, seed=""):
+    """The row of one student (a roster.Student, or None: the entry's name is the id) of submission
+    `name`; results None when the grader failed on it."""
     out = dict.fromkeys(fields(), "")
-    out.update(submission=name, student_id=student or name, flags="; ".join(flags),
-               from_zip="yes" if from_zip else "no", seed=seed)
+    out.update(submission=name, student_id=student.id if student else name, name=student.name if student else "",
+               flags="; ".join(flags), from_zip="yes" if from_zip else "no", seed=seed)
     if results is None:
         out["status"] = f"grader failed: {error}"
         return out
@@ -91,7 +93,15 @@ def row(name, results, *, error="", student="", flags=(), from_zip=False, seed="
     out.update(report.part_scores(results), base=base,
                status=f"not graded: {problem.splitlines()[0][:200]}" if problem else "graded")
     if rubric.BONUS_PARTS:
-        out.update(extra_credit=extra, bonus_attempted=bonus_attempted(results), total=round(base + extra, 2))
+        out.update(extra_credit=extra, total=round(base + extra, 2),
+                   **{attempted_column(p): bonus_attempted(results, p) for p in rubric.BONUS_PARTS})
+    return out
+
+
+def absent_row(student, why):
+    """The row of a roster student whose submission is not in the class folder: no points."""
+    out = dict.fromkeys(fields(), "")
+    out.update(student_id=student.id, name=student.name, status="no submission", flags=why, from_zip="no")
     return out
 
 

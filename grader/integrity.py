@@ -7,23 +7,24 @@ changes a grade; each says what was seen.
 - identical: files with the same bytes (a zip and a loose file count as the file they hold), in
   groups. Not-started files are left out: two untouched starters are identical by nature.
 - near-copy of the solution: most of the file's own code (what is not the starter's) is the
-  reference's, token for token, with names and strings ignored, so renamed variables and a new
-  header do not hide it. Measured on k-grams of normalized tokens (the MOSS idea, without the
-  winnowing a small class does not need); independently written correct files share at most about
-  a quarter of their k-grams with the reference (the selftest's variants), a copy shares nearly all.
+  reference's, normalized as grader/resemblance.py does (read in its declared encoding, docstrings,
+  no-op calls and dead stores gone, names canonical, definitions in a canonical order) or as written
+  with names and strings abstracted: renamed variables, a new header, reordered definitions, padding
+  and another encoding do not hide it. Independently written correct files share at most about a
+  quarter of their code with the reference (the selftest's variants), a copy nearly all.
+- similar to: files whose normalized or raw similarity reaches resemblance.FLAG, in clusters
+  (grader/triage.py: a group of near-copies is one cluster), the reference among them.
+- identity (grader/roster.py): a submission no roster row claims, two submissions claiming one id,
+  a submission_metadata file inside a submission (ignored), a roster row without its submission.
 
-Pairwise similarity between students is `make similarity` (copydetect, a staff tool).
+`make similarity` shows the same clusters with copydetect's side-by-side view (a staff tool).
 """
-import io
-import keyword
-import tokenize
 from dataclasses import dataclass, field
 
-from grader import paths
+from grader import paths, resemblance, triage
 
-K = 25                      # tokens per k-gram: shorter runs are common Python, not copying
-NEAR_COPY = 0.6             # share of a file's own k-grams found in the reference
-MIN_GRAMS = 50              # fewer own k-grams than this (a few lines) is too little to judge
+NEAR_COPY = resemblance.FLAG    # share of a file's own code found in the reference
+NAMED = 4                       # members of its cluster a "similar to" flag names (the cluster lists them all)
 TODO = "not implemented yet"     # how the hidden suites say a case stopped at a starter TODO (conftest._no_answer)
 
 
@@ -65,65 +66,49 @@ def stubs_only(results):
     return bool(parts) and all(untouched(results, part) for part in parts)
 
 
-def tokens(source):
-    """The file's tokens with every name that is not a keyword as "V", every string as "S", and
-    comments and blank lines dropped. A file that stops tokenizing (a syntax error) keeps what came before."""
-    out = []
-    try:
-        for t in tokenize.generate_tokens(io.StringIO(source).readline):
-            if t.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER):
-                continue
-            if t.type == tokenize.NAME:
-                out.append(t.string if keyword.iskeyword(t.string) else "V")
-            elif t.type == tokenize.STRING:
-                out.append("S")
-            else:
-                out.append({tokenize.NEWLINE: ";", tokenize.INDENT: "{", tokenize.DEDENT: "}"}.get(t.type, t.string))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return out
-
-
-def grams(source):
-    t = tokens(source)
-    return {tuple(t[i:i + K]) for i in range(len(t) - K + 1)}
-
-
-def share_of(source, reference_grams, boilerplate_grams):
-    """The share of the file's own k-grams (not the starter's) that the reference has; None when the
-    file has too little code of its own to judge."""
-    own = grams(source) - boilerplate_grams
-    if len(own) < MIN_GRAMS:
-        return None
-    return len(own & reference_grams) / len(own)
-
-
 @dataclass
 class Flags:
     not_started: dict = field(default_factory=dict)     # name -> "the starter unchanged" | "stubs only"
     identical: list = field(default_factory=list)       # groups of names (sorted), each of two or more
-    near_copies: dict = field(default_factory=dict)     # name -> share of its own code that is the reference's
+    near_copies: dict = field(default_factory=dict)     # name -> its resemblance.Pair with the reference
+    pairs: list = field(default_factory=list)           # every resemblance.Pair of the class, the reference too
+    similar: list = field(default_factory=list)         # triage.Clusters of those pairs
+    identity: dict = field(default_factory=dict)        # name -> [what is wrong with who it is]
+    absent: list = field(default_factory=list)          # roster rows without their submission, as phrases
+    ids: str = ""                                       # where the ids came from (roster.Identity.said)
 
     def of(self, name):
         """The flags of one submission, as short phrases (the CSV's flags column, the class page)."""
         out = []
         if name in self.not_started:
             out.append(f"not started ({self.not_started[name]})")
-        for group in self.identical:
-            if name in group:
-                out.append("identical to " + ", ".join(n for n in group if n != name))
+        same = next((g for g in self.identical if name in g), [])
+        if same:
+            out.append("identical to " + ", ".join(n for n in same if n != name))
         if name in self.near_copies:
-            out.append(f"near-copy of the solution ({self.near_copies[name]:.0%} of its code)")
-        return out
+            p = self.near_copies[name]
+            out.append(f"near-copy of the solution ({p.norm_a:.0%} of its code normalized, {p.raw_a:.0%} raw)")
+        cluster = self.cluster_of(name)
+        others = [m for m in cluster.students if m != name and m not in same] if cluster else []
+        if others:
+            more = f" and {len(others) - NAMED} more" if len(others) > NAMED + 1 else ""
+            named = others[:NAMED] if more else others
+            out.append(f"similar to {', '.join(named)}{more} (cluster {cluster.number})")
+        return out + list(self.identity.get(name, ()))
+
+    def cluster_of(self, name):
+        return next((c for c in self.similar if name in c.members), None)
 
 
-def flags(files, results):
+def flags(files, results, identity=None):
     """Flags of a class. files: name -> the bytes of the file graded (None when there was none);
-    results: name -> its results.json dict (None when the grader failed on it)."""
+    results: name -> its results.json dict (None when the grader failed on it); identity: the
+    class's roster.Identity (its flags, and its rows without a submission), if any."""
     editions = starter_editions()
-    boilerplate = set().union(*(grams(e.decode()) for e in editions))
-    reference = grams((paths.SOLUTION / "paged_kv.py").read_text(encoding="utf-8")) - boilerplate
     out = Flags()
+    if identity is not None:
+        out.identity, out.ids = {n: list(f) for n, f in identity.flags.items() if f}, identity.said()
+        out.absent = [f"{s.id}{f' ({s.name})' if s.name else ''}: {why}" for s, why in identity.absent]
     for name in sorted(files):
         if is_starter(files[name], editions):
             out.not_started[name] = "the starter unchanged"
@@ -134,10 +119,19 @@ def flags(files, results):
         if files[name] is not None and name not in out.not_started:
             groups.setdefault(files[name], []).append(name)
     out.identical = sorted(g for g in groups.values() if len(g) > 1)
-    for name in sorted(files):
-        if files[name] is None or name in out.not_started:
-            continue
-        share = share_of(files[name].decode("utf-8", errors="replace"), reference, boilerplate)
-        if share is not None and share >= NEAR_COPY:
-            out.near_copies[name] = share
+    found = profiles({name: data for name, data in files.items() if data is not None and name not in out.not_started})
+    for name, profile in found.items():
+        pair = resemblance.compare(name, triage.SOLUTION, profile, found[triage.SOLUTION])
+        if name != triage.SOLUTION and pair is not None and max(pair.norm_a, pair.raw_a) >= NEAR_COPY:
+            out.near_copies[name] = pair
+    out.pairs = resemblance.pairs(found)
+    out.similar = triage.clusters(out.pairs)
     return out
+
+
+def profiles(files):
+    """name -> the resemblance.Profile of each file (bytes), the starter's k-grams subtracted, and
+    the reference's as triage.SOLUTION."""
+    boilerplate = resemblance.boilerplate(starter_editions())
+    files = {**files, triage.SOLUTION: (paths.SOLUTION / "paged_kv.py").read_bytes()}
+    return {name: resemblance.Profile.of(data).minus(boilerplate) for name, data in sorted(files.items())}

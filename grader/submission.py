@@ -140,7 +140,15 @@ def _checked_file(found, shown):
     if size > MAX_BYTES:
         raise SubmissionError(f"{_printable(shown)} is {size} bytes; the limit is {MAX_BYTES}. "
                               f"Submit only your source code.")
+    _not_empty(found.read_bytes(), shown)
     return found
+
+
+def _not_empty(data, shown):
+    """An empty file (nothing but white space) is said to be empty, not to lack every name."""
+    if not data.strip():
+        raise SubmissionError(f"{_printable(shown)} is empty ({len(data)} bytes): there is no code to grade. "
+                              f"Submit the {NAME} you wrote (start from the starter's, which defines every name).")
 
 
 def _is_zip(path):
@@ -158,6 +166,7 @@ def _from_zip(zip_path):
             if chosen is None:
                 raise ZipRefused(_nothing(names, "in it").rstrip("."))
             data = archive.read(chosen, MAX_BYTES)
+            _not_empty(data, chosen)
     except (ZipRefused, SubmissionError) as e:
         raise SubmissionError(f"This is a zip: {str(e).rstrip('.')}. {_SUBMIT}") from None
     private = Path(tempfile.mkdtemp(prefix="cs349e-zip-"))

@@ -232,6 +232,9 @@ def load(impl_dir):
     path = impl_dir / FILE
     if not path.is_file():
         raise ImplError(f"There is no {FILE} in {shown(impl_dir)}/ (use IMPL=folder to test another folder).")
+    if not path.read_bytes().strip():
+        raise ImplError(f"{shown(path)} is empty: there is nothing to test or submit. Start from the starter's "
+                        f"{FILE} (it defines every name of the contract) and write your code in it.")
     for d in (str(LAB), str(impl_dir)):
         if d in sys.path:
             sys.path.remove(d)

@@ -1,7 +1,7 @@
 """Two graders on one machine (staff only): the reference graded here while a second grader grades it
 in a chroot that shares this machine's process table (issue 14, item 5).
 
-    python -m grader.gradescope.neighbour [--gradings 20] [--suite bookworm] [--zip build/autograder.zip]
+    python -m grader.gradescope.neighbour [--gradings 20] [--suite bookworm] [--zip build/gradescope-sim/autograder.zip]
 
 The neighbour is a fresh Debian root (image.py) with the autograder set up in it as Gradescope does
 (sim.py: the zip in /autograder/source, setup.sh), entered with chroot and no pid namespace of its
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import rubric
+from grader import coursesecret, rubric
 from grader.gradescope import build, image, sim
 from grader.paths import REPO
 
@@ -98,7 +98,7 @@ def _stop(im: image.Image, loop: subprocess.Popen, wait: float) -> None:
 
 
 def run(gradings: int, suite: str, zip_path: Path) -> int:
-    build.build(zip_path)
+    build.build(zip_path, secret=coursesecret.throwaway())         # never the course's secret, nor its zip
     with image.Image(suite, log=log, hold_host_uids=False) as im, \
             tempfile.TemporaryDirectory(prefix="cs349e-neighbour-") as tmp:          # no help: the uid rule alone
         sim._unpack(im, zip_path)
@@ -142,7 +142,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m grader.gradescope.neighbour", description=__doc__.splitlines()[0])
     ap.add_argument("--gradings", type=int, default=20, help="gradings of the reference on this machine")
     ap.add_argument("--suite", default="bookworm", help="the neighbour's Debian release (needs Python 3.11)")
-    ap.add_argument("--zip", default=str(REPO / "build" / "autograder.zip"), help="built from this checkout")
+    ap.add_argument("--zip", default=str(REPO / "build" / "gradescope-sim" / "autograder.zip"),
+                    help="built from this checkout, with a throwaway secret")
     args = ap.parse_args(argv)
     reason = sim.why_not([args.suite])
     if reason:

@@ -201,6 +201,7 @@ def _control(im: image.Image, out: Outcome) -> None:
     """The hostile submission graded with isolation off must do better than its honest 0 (it finds the
     reference in /autograder/source): the attack works, so the 0 above is the sandbox's doing."""
     done = im.run([VENV_PYTHON, "-m", "grader", "/autograder/submission", "--results", "/tmp/control.json",
+                   "--secret-file", "/autograder/source/course_secret",        # as run_autograder passes it
                    "--isolate", "no", "--quiet"], cwd="/autograder/source", timeout=GRADE_TIMEOUT)
     path = im.path("/tmp/control.json")
     score = spec.load(path.read_text()).get("score") if path.is_file() else None

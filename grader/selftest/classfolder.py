@@ -1,17 +1,25 @@
 """A class folder as staff get one after the deadline, built from the selftest's corpus, with the
-integrity flags each submission must get (checks/test_class_batch.py grades it with `batch`).
+integrity flags each submission must get (checks/test_class_batch.py grades it with `batch`), and
+its roster.
 
-    python -m grader.selftest.classfolder OUT      # write it, to try `make batch DIR=OUT` on
+    python -m grader.selftest.classfolder OUT      # write OUT/class and OUT/roster.csv, to try
+                                                   # make batch DIR=OUT/class ROSTER=OUT/roster.csv on
 
 Honest work, each file with code of its own: the correct variants (two moved into the starter's
 layout, docstrings and all, which must not make them "similar"), variants with one realistic bug
-each, a folder with Gradescope's submission_metadata.json, the starter with a syntax error. Not
-honest, or not work: the reference itself, two near-copies of it (a new header, renamed variables,
-comments gone), mutants of it (near-copies too), two students with the same bytes (one as the zip
-`make submit` writes), the unchanged starter, the starter's stubs with a student's own comments
-(stubs only).
+each, the starter with a syntax error. Not honest, or not work: the reference itself, two
+near-copies of it (a new header, renamed variables, comments gone), mutants of it (near-copies too),
+disguised copies (grader/selftest/disguise.py: of the reference, and of two classmates' files), two
+students with the same bytes (one as the zip `make submit` writes), the unchanged starter, the
+starter's stubs with a student's own comments (stubs only), and a folder holding a forged
+submission_metadata.json that names a classmate.
+
+roster(): each student's id, name, email and submission; ned's submission is a group's (two rows),
+olga handed nothing in, and jack's file no row claims. export_folder() lays some of the class out
+as Gradescope's "Export Submissions" writes it.
 """
 import ast
+import csv
 import json
 import re
 import sys
@@ -19,7 +27,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from grader.selftest import mutants
+from grader.selftest import disguise, mutants
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = REPO / "grader" / "selftest" / "variants"
@@ -27,34 +35,39 @@ STARTER = (REPO / "starter" / "paged_kv.py").read_text(encoding="utf-8")
 REFERENCE = (REPO / "solution" / "paged_kv.py").read_text(encoding="utf-8")
 METADATA = {"id": 9001, "created_at": "2025-01-10T23:58:00Z", "users": [
     {"id": 31337, "email": "carol@example.edu", "name": "Carol"}], "assignment": {"id": 7, "title": "PagedAttention"}}
+# What carol uploaded inside her folder: Gradescope's format, naming erin (her id, her email).
+FORGED = {"id": 9002, "users": [{"id": 4242, "email": "erin@example.edu", "name": "Erin"}]}
 
 # name -> the flags it must get (integrity.Flags.of, as phrases' starts); [] is honest work
 EXPECTED = {
-    "ada": ["near-copy of the solution"],             # the reference itself
+    "ada": ["near-copy of the solution", "similar to"],   # the reference itself
     "bob": ["not started (the starter unchanged)"],
-    "carol": [],                                      # a folder with submission_metadata.json
+    "carol": ["metadata inside the submission"],      # a folder with a forged submission_metadata.json
     "erin": ["identical to frank"],                   # erin.zip holds frank.py's bytes
     "frank": ["identical to erin"],
     "gina": ["not started (stubs only)"],             # the starter with her own comments
-    "hal": ["near-copy of the solution"],             # a new header, renamed variables
-    "ivy": ["near-copy of the solution"],             # comments gone, local names changed
+    "hal": ["near-copy of the solution", "similar to"],   # a new header, renamed variables
+    "ivy": ["near-copy of the solution", "similar to"],   # comments gone, local names changed
     "jack": [],                                       # the starter with a syntax error: not graded
-    "kim": [],                                        # a variant in the starter's layout
+    "kim": ["similar to yara"],                       # a variant in the starter's layout
     "leo": [],                                        # another one, also in the starter's layout
-    "mia": [],                                        # the bonus, done differently
+    "mia": ["similar to zoe"],                        # the bonus, done differently
     "ned": [],
     "pam": [],                                        # a variant with a Part 1 bug
     "quinn": [],                                      # a variant with a Part 3 bug
-    "rita": ["near-copy of the solution"],            # mutants of the reference
-    "sam": ["near-copy of the solution"],
+    "rita": ["near-copy of the solution", "similar to"],  # mutants of the reference
+    "sam": ["near-copy of the solution", "similar to"],
     "tom": [],                                        # a variant with a Part 4 bug
-    "uma": ["near-copy of the solution"],
-    "vic": ["near-copy of the solution"],
+    "uma": ["near-copy of the solution", "similar to"],
+    "vic": ["near-copy of the solution", "similar to"],
+    "wes": ["near-copy of the solution", "similar to"],   # the reference disguised every way, in UTF-7
+    "yara": ["similar to kim"],                       # kim's file renamed, a no-op call after every 2nd statement
+    "zoe": ["similar to mia"],                        # mia's file with its definitions reversed, in UTF-7
 }
-# The pairs `make similarity` must report: each honest file has code of its own.
-SIMILAR = {frozenset(p) for p in [("erin", "frank")]} | {
-    frozenset((a, b)) for a in ("ada", "hal", "ivy", "rita", "sam", "uma", "vic")
-    for b in ("ada", "hal", "ivy", "rita", "sam", "uma", "vic") if a < b}
+COPIES_OF_SOLUTION = ("ada", "hal", "ivy", "rita", "sam", "uma", "vic", "wes")
+# The clusters `make similarity` and the batch must find: each honest file has code of its own.
+CLUSTERS = [{*COPIES_OF_SOLUTION, "(solution)"}, {"erin", "frank"}, {"kim", "yara"}, {"mia", "zoe"}]
+
 
 
 def _edit(text, find, replace):
@@ -173,8 +186,7 @@ def files():
     by = {}
     by["ada"] = ("ada.py", REFERENCE)
     by["bob"] = ("bob.py", STARTER)
-    by["carol"] = ("carol", {"paged_kv.py": variant("plain_loops"),
-                             "submission_metadata.json": json.dumps(METADATA)})
+    by["carol"] = ("carol", {"paged_kv.py": variant("plain_loops")})
     by["frank"] = ("frank.py", variant("bitmap_argmin"))
     by["erin"] = ("erin.zip", variant("bitmap_argmin"))
     by["gina"] = ("gina.py", stubs_with_comments())
@@ -194,8 +206,16 @@ def files():
                                  "            f.blocks"))
     by["uma"] = ("uma.py", mutants.apply(mutants.BY_NAME["alloc_highest_first"]))
     by["vic"] = ("vic.py", mutants.apply(mutants.BY_NAME["no_step_precheck"]))
+    by["wes"] = ("wes.py", disguise.combined(REFERENCE))
+    by["yara"] = ("yara.py", disguise.noop_calls(disguise.rename_identifiers(by["kim"][1]), every=2))
+    by["zoe"] = ("zoe", {"paged_kv.py": disguise.utf7(disguise.reverse_definitions(by["mia"][1]))})
+    by["carol"][1]["submission_metadata.json"] = json.dumps(FORGED)
     assert set(by) == set(EXPECTED)
     return by
+
+
+def _bytes(content):
+    return content if isinstance(content, bytes) else content.encode("utf-8")
 
 
 def write(folder):
@@ -206,15 +226,83 @@ def write(folder):
         path = folder / entry
         if isinstance(content, dict):
             path.mkdir(exist_ok=True)
-            for rel, text in content.items():
-                (path / rel).write_text(text, encoding="utf-8")
+            for rel, data in content.items():
+                (path / rel).write_bytes(_bytes(data))
         elif entry.endswith(".zip"):
             with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-                z.writestr("paged_kv.py", content)
+                z.writestr("paged_kv.py", _bytes(content))
         else:
-            path.write_text(content, encoding="utf-8")
+            path.write_bytes(_bytes(content))
     return folder
 
 
+def roster():
+    """[(id, name, email, submission)]: one row per student, ids s1001... in the class's order; ned
+    and nia share ned's folder, olga has no submission, jack's file is in no row."""
+    entries = {name: entry for name, (entry, _) in files().items() if name != "jack"}
+    rows = [(name, entry) for name, entry in sorted(entries.items())]
+    rows += [("nia", entries["ned"]), ("olga", "")]
+    return [(f"s{1001 + i}", name.capitalize(), f"{name}@example.edu", entry) for i, (name, entry) in enumerate(rows)]
+
+
+def write_roster(path, header=("id", "name", "email", "submission")):
+    """The roster as a CSV with these column names (an LMS export's, e.g.); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(roster())
+    return path
+
+
+EXPORT_METADATA = """\
+---
+submission_{n0}:
+  :submitters:
+  - :name: Pam Prior
+    :sid: '{s0}'
+    :email: pam@example.edu
+  :created_at: 2025-01-10 23:58:00.861687000 Z
+  :score: 95.0
+  :results:
+    score: 95.0
+    output: |-
+      Score: 95.00 / 100
+      - :name: not a submitter
+  :history: []
+submission_{n1}:
+  :submitters:
+  - :name: "Carol \\"CJ\\" Jones"
+    :sid: '{s1}'
+    :email: carol@example.edu
+  - :name: 'Ned O''Neil'
+    :sid: {s2}
+    :email: ned@example.edu
+  :created_at: 2025-01-10 23:59:00.000000000 Z
+  :score: 100.0
+"""
+
+
+def export_folder(folder):
+    """Two submissions laid out as Gradescope's "Export Submissions" writes them: submission_metadata.yml
+    at the top, one submission_<id>/ per submission holding the students' files only; the group's
+    folder also holds the forged submission_metadata.json a student uploaded. Returns
+    (folder, {submission folder: [(sid, email), ...]})."""
+    folder = Path(folder)
+    people = {"submission_301": [("1001", "pam@example.edu")],
+              "submission_302": [("1002", "carol@example.edu"), ("1003", "ned@example.edu")]}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "submission_metadata.yml").write_text(EXPORT_METADATA.format(n0=301, n1=302, s0="1001", s1="1002",
+                                                                           s2="1003"), encoding="utf-8")
+    (folder / "submission_301").mkdir()
+    (folder / "submission_301" / "paged_kv.py").write_text(variant("plain_loops"), encoding="utf-8")
+    (folder / "submission_302" / "src").mkdir(parents=True)
+    (folder / "submission_302" / "src" / "paged_kv.py").write_text(variant("bitmap_argmin"), encoding="utf-8")
+    (folder / "submission_302" / "submission_metadata.json").write_text(json.dumps(FORGED), encoding="utf-8")
+    return folder, people
+
+
 if __name__ == "__main__":
-    print(f"wrote {write(sys.argv[1] if len(sys.argv) > 1 else 'build/class')}")
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/selftest-class")
+    print(f"wrote {write(out / 'class')} and {write_roster(out / 'roster.csv')}")
