@@ -299,7 +299,7 @@ def built(name, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["leak_tokens_as_ids", "leak_tokens_as_counts", "leak_tokens_as_lengths",
-                                  "leak_tokens_in_floats"])
+                                  "leak_tokens_in_floats", "leak_tokens_in_digits", "leak_tokens_as_exits"])
 def test_a_sacrificial_submission_reads_back_no_more_than_the_bound(name, tmp_path):
     """At most the bound at the default feedback, nothing at brief. As root, the selftest grades these
     very submissions at the default and judges the same bound (run.read_back): only brief here."""
@@ -307,8 +307,9 @@ def test_a_sacrificial_submission_reads_back_no_more_than_the_bound(name, tmp_pa
     if os.geteuid() != 0:
         got = leaks.leaked(grade(built(name, tmp_path), tmp_path), seed=0)
         print(name, got)
-        assert got["tokens"] * 8 <= len(rubric.ALL_PARTS) * feedback.PART_BITS, got
-    assert leaks.leaked(grade(built(name, tmp_path / "b"), tmp_path, "--feedback", "brief"), 0)["tokens"] == 0
+        assert (got["tokens"] + got["statuses"]) * 8 <= len(rubric.ALL_PARTS) * feedback.PART_BITS, got
+    brief = leaks.leaked(grade(built(name, tmp_path / "b"), tmp_path, "--feedback", "brief"), 0)
+    assert brief["tokens"] == 0 and brief["statuses"] == 0, brief
 
 
 def test_the_selftest_fails_a_leak_submission_that_reads_back_more_than_the_bound():
