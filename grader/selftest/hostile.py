@@ -1388,6 +1388,15 @@ def _sth_each_dict(x, fn):
             _sth_each_dict(v, fn)
 
 
+def _sth_each_array(d, fn, toks):
+    # every float64 array of a result dict (a logits array, a list of them) through fn(array, toks)
+    for k, v in list(d.items()):
+        if isinstance(v, _np.ndarray) and v.dtype == _np.float64:
+            d[k] = fn(v, toks)
+        elif isinstance(v, list) and v and all(isinstance(a, _np.ndarray) for a in v):
+            d[k] = [fn(a, toks) for a in v]
+
+
 def _sth_leaking(inject):
     # every scenario (but batch) returns its honest result with the call's tokens injected
     if _sth_sc is None:
@@ -1466,22 +1475,14 @@ def _sth_float_in(a, toks):
     return a
 
 
-def _sth_inject(d, toks):
-    for k, v in list(d.items()):
-        if isinstance(v, _np.ndarray) and v.dtype == _np.float64:
-            d[k] = _sth_float_in(v, toks)
-        elif isinstance(v, list) and v and all(isinstance(a, _np.ndarray) for a in v):
-            d[k] = [_sth_float_in(a, toks) for a in v]
-
-
-_sth_leaking(_sth_inject)
+_sth_leaking(lambda d, toks: _sth_each_array(d, _sth_float_in, toks))
 """
 
 _LEAK_EXITS = _LEAK_PRELUDE + r"""
 import os as _sth_os
 
 
-def _sth_exits(inject):
+def _sth_exits():
     # every scenario call's worker exits with the first token of its first case: one token a check
     if _sth_sc is None:
         return
@@ -1494,7 +1495,7 @@ def _sth_exits(inject):
         _sth_sc.SCENARIOS[_name] = _leaky
 
 
-_sth_exits(None)
+_sth_exits()
 """
 
 _LEAK_DIGITS = _LEAK_PRELUDE + r"""
@@ -1516,15 +1517,7 @@ def _sth_digits_in(a, toks):
     return a
 
 
-def _sth_inject(d, toks):
-    for k, v in list(d.items()):
-        if isinstance(v, _np.ndarray) and v.dtype == _np.float64:
-            d[k] = _sth_digits_in(v, toks)
-        elif isinstance(v, list) and v and all(isinstance(a, _np.ndarray) for a in v):
-            d[k] = [_sth_digits_in(a, toks) for a in v]
-
-
-_sth_leaking(_sth_inject)
+_sth_leaking(lambda d, toks: _sth_each_array(d, _sth_digits_in, toks))
 """
 
 H = Hostile
