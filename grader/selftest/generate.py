@@ -394,13 +394,8 @@ def _seeds(text):
     return out
 
 
-def main(argv=None):
+def _arguments(argv):
     import argparse
-    import json
-    import resource
-    import time
-
-    from grader.selftest import equivalent, measure, proofs
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,7")
     ap.add_argument("--sample", type=int, help="a stratified sample of N mutants of each corpus (make check's)")
@@ -410,18 +405,27 @@ def main(argv=None):
                     help="graded: the grader's command line (the proofs'); inprocess: quick; both: their agreement")
     ap.add_argument("--names", help="only these mutants (comma-separated)")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--json", help="write the records and summaries here")
+    ap.add_argument("--json", help="write the records, summaries and timings here")
+    ap.add_argument("--findings", help="write the summaries alone here (the lists that drive the grader's fixes)")
+    ap.add_argument("--records", help="no grading: summarize the records of an earlier --json again (with today's "
+                    "EQUIVALENT, and verify_corpus on the survivors that lack it)")
     ap.add_argument("--list", action="store_true", help="list the corpus (name, parts, bug) and stop")
     args = ap.parse_args(argv)
-    variant = None
-    if args.source[0] == "variant":
-        if len(args.source) != 2:
-            ap.error("--source variant NAME")
-        variant = args.source[1]
+    args.variant = None
+    if args.source[0] == "variant" and len(args.source) == 2:
+        args.variant = args.source[1]
     elif args.source != ["solution"]:
         ap.error("--source solution or --source variant NAME")
+    return args
+
+
+def main(argv=None):
+    import json
+
+    from grader.selftest import equivalent, measure, proofs
+    args = _arguments(argv)
     corpora = args.corpus.split(",")
-    items = entries(corpora, variant)
+    items = entries(corpora, args.variant)
     if args.names:
         items = [e for e in items if e.name in args.names.split(",")]
     if args.sample:
@@ -431,40 +435,55 @@ def main(argv=None):
             print(f"{e.corpus:9s} {e.name:44s} {'+'.join(e.mutant.parts):42s} {e.mutant.bug}")
         print(f"{len(items)} mutants")
         return 0
-    seeds = _seeds(args.seeds)
-    source = source_text(variant)
-    src_name = variant or "solution"
+    src_name = args.variant or "solution"
+    if args.records:
+        with open(args.records) as f:
+            out = json.load(f)
+        graded = {mode: [r for c in out["corpora"].values() for r in c.get(mode, {}).get("records", [])]
+                  for mode in ("graded", "inprocess")}
+        graded = {mode: records for mode, records in graded.items() if records}
+    else:
+        out = {"source": src_name, "seeds": _seeds(args.seeds), "timing": {}}
+        graded = {}
+        for mode in (("graded", "inprocess") if args.mode == "both" else (args.mode,)):
+            graded[mode], out["timing"][mode] = measure.run(items, source_text(args.variant), out["seeds"],
+                                                            args.jobs, mode)
+    by_name = {e.name: e for e in items}
+    for mode, records in graded.items():
+        todo = [by_name[r["name"]] for r in records if proofs.spared(r) and r.get("second_oracle") is None
+                and r["name"] in by_name]
+        found = measure.second_oracle(todo, args.jobs) if todo else {}
+        for r in records:
+            r["second_oracle"] = found.get(r["name"], r.get("second_oracle"))
     numbers = {p.id: p.number for p in mutants_mod.registry.PARTS}
     bonus = {p.id for p in mutants_mod.registry.bonus()}
-    table = equivalent.for_source(src_name)
-    modes = ("graded", "inprocess") if args.mode == "both" else (args.mode,)
-    out = {"source": src_name, "seeds": seeds, "corpora": {}, "timing": {}}
-    for mode in modes:
-        t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        s0 = resource.getrusage(resource.RUSAGE_SELF)
-        records = measure.run(items, source, seeds, args.jobs, mode)
-        r1, s1 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
-        cpu = sum(getattr(b, f) - getattr(a, f) for a, b in ((r0, r1), (s0, s1)) for f in ("ru_utime", "ru_stime"))
-        wall = time.monotonic() - t0
-        n = len(items) * (len(seeds) + 1) or 1
-        out["timing"][mode] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "gradings": len(items) * len(seeds),
-                               "public_runs": len(items), "cpu_per_run_s": round(cpu / n, 2),
-                               "wall_per_run_s": round(wall / n, 2)}
-        for corpus in corpora:
+    table = equivalent.for_source(out["source"])
+    out["corpora"] = {}
+    for mode, records in graded.items():
+        for corpus in dict.fromkeys(r["corpus"] for r in records):
             mine = [r for r in records if r["corpus"] == corpus]
-            if mine:
-                s = proofs.summary(mine, numbers, bonus, table)
-                out["corpora"].setdefault(corpus, {})[mode] = {"summary": s, "records": mine}
-                print(proofs.render(f"{corpus} ({src_name}, seeds {args.seeds}, {mode})", s))
-        print(f"  timing ({mode}): {wall:.0f} s wall, {cpu:.0f} s CPU for {len(items) * len(seeds)} gradings and "
-              f"{len(items)} public-test runs ({cpu / n:.2f} CPU-s, {wall / n:.2f} s wall each)")
-    if args.mode == "both":
+            s = proofs.summary(mine, numbers, bonus, table)
+            out["corpora"].setdefault(corpus, {})[mode] = {"summary": s, "records": mine}
+            print(proofs.render(f"{corpus} ({out['source']}, seeds {out['seeds']}, {mode})", s))
+    for mode, t in out["timing"].items():
+        print(f"timing ({mode}): " + "; ".join(f"{k} {v['wall_s']:.0f} s wall, {v['cpu_s']:.0f} s CPU for {v['runs']} "
+                                               f"({v['cpu_s'] / max(1, v['runs']):.2f} CPU-s, "
+                                               f"{v['wall_s'] / max(1, v['runs']):.2f} s wall each)"
+                                               for k, v in t.items()))
+    if len(graded) == 2:
         out["agreement"] = agreement(out["corpora"])
         print(f"agreement of inprocess with graded: {out['agreement']['text']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    for path, what in ((args.json, out), (args.findings, _findings(out))):
+        if path:
+            with open(path, "w") as f:
+                json.dump(what, f, indent=1)
     return 0
+
+
+def _findings(out):
+    """The summaries without the records: what a grader fix starts from."""
+    return {"source": out["source"], "seeds": out["seeds"], "timing": out["timing"],
+            "corpora": {c: {mode: v["summary"] for mode, v in modes.items()} for c, modes in out["corpora"].items()}}
 
 
 def agreement(corpora):

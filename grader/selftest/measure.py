@@ -250,6 +250,46 @@ def _inprocess(entries, source, seeds, jobs, progress):
     return out
 
 
+# ------------------------------------------------------------------------------------ the second oracle
+DIFFERENTIAL_SEEDS = 12     # verify_corpus's random differential runs per mutant (and of the cache, with the bonus)
+
+
+def _second(text, tag, ref):
+    """verify_corpus's failures on one text: its contract checks (run_checks) and its differential runs
+    against the reference and the contract model; [] when every one passes."""
+    import contextlib
+    import io
+
+    from grader.selftest import verify_corpus as vc
+    failed = []
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            pk = vc.load(text, tag)
+        except BaseException as e:  # noqa: BLE001
+            return [f"import: {type(e).__name__}: {e}"[:300]]
+        failed += [f"{n}: {msg}"[:300] for n, msg in vc.run_checks(pk, ref).items() if msg]
+        runs = [vc.differential] + ([vc.differential_cache] if vc.has_bonus(pk) else [])
+        for run_ in runs:
+            for seed in range(DIFFERENTIAL_SEEDS):
+                try:
+                    run_(pk, ref, seed)
+                except Exception as e:  # noqa: BLE001
+                    failed.append(f"{run_.__name__} seed {seed}: {type(e).__name__}: {e}"[:300])
+                    break
+    return failed
+
+
+def second_oracle(entries, jobs=2):
+    """{name: verify_corpus's failures} of each entry (an independent in-process checker, without the
+    grader: a mutant the grader spares but this catches is a blind spot, not an equivalent)."""
+    from grader.selftest import verify_corpus as vc
+    ref = vc.load_reference()
+    vc.run_checks(ref, ref)           # its lazily computed expectations, inherited by every child
+    tasks = [(e.name, (lambda e=e, i=i: _second(e.text, f"second{i}", ref))) for i, e in enumerate(entries)]
+    got = _forked_map(tasks, jobs, progress=Progress(len(tasks), "second oracle"))
+    return {e.name: (g if isinstance(g, list) else [g["problem"]]) for e, g in zip(entries, got)}
+
+
 # ------------------------------------------------------------------------------------ both
 class Progress:
     """One line on stderr now and then: how far, how fast."""
@@ -268,9 +308,25 @@ class Progress:
                   f"{(self.total - self.done) * rate / 60:.0f} min left", file=sys.stderr, flush=True)
 
 
+def _timed(runs, fn, *args):
+    """(fn(*args), {"wall_s", "cpu_s" of this process and its children, "runs"})."""
+    t0, c0 = time.monotonic(), _cpu()
+    got = fn(*args)
+    return got, {"wall_s": round(time.monotonic() - t0, 1), "cpu_s": round(_cpu() - c0, 1), "runs": runs}
+
+
+def _cpu():
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
 def run(entries, source, seeds, jobs=2, mode="graded"):
-    """The records of `entries` (mutants of `source`) on `seeds`: see the module's docstring."""
+    """(the records of `entries`, mutants of `source`, on `seeds`: see the module's docstring; the
+    timings of the gradings and of the public tests). CPU counts the children once reaped: the warm
+    start's server is closed, with every grading it forked, before each timing ends."""
     grade = _graded if mode == "graded" else _inprocess
-    seeds_of = grade(entries, source, seeds, jobs, Progress(len(entries) * len(seeds), mode))
-    public = _public(entries, jobs, mode == "graded", Progress(len(entries), "public tests"))
-    return [record(e, seeds_of[e.name], public[e.name]) for e in entries]
+    n = len(entries) * len(seeds)
+    seeds_of, t_grade = _timed(n + len(seeds), grade, entries, source, seeds, jobs, Progress(n, mode))
+    public, t_public = _timed(len(entries), _public, entries, jobs, mode == "graded",
+                              Progress(len(entries), "public tests"))
+    return [record(e, seeds_of[e.name], public[e.name]) for e in entries], {"gradings": t_grade, "public": t_public}

@@ -32,6 +32,12 @@ def _part_of(check_id):
     return check_id.split(".")[0]
 
 
+def spared(rec, eps=EPS):
+    """Graded on some seed, and losing nothing on any."""
+    seeds = _graded(rec)
+    return bool(seeds) and all(total(v) <= eps for v in seeds.values())
+
+
 def kill_violations(records, equivalent=(), eps=EPS):
     """[(name, [seeds on which it loses nothing])] of the mutants not killed on every seed."""
     out = []
@@ -104,7 +110,7 @@ def summary(records, numbers, bonus, equivalent=(), eps=EPS):
     by = {r["name"]: r for r in records}
     not_killed = dict(kill_violations(records, (), eps))
     graded = {n: len(_graded(by[n])) for n in names}
-    never = [n for n, spared in not_killed.items() if len(spared) == graded[n]]
+    never = [n for n in not_killed if spared(by[n], eps)]
     oracle = oracle_violations(records, eps)
     failing_public = {n for n in names if any(not p.startswith("(") for p in by[n]["public"])}
     survivors = [n for n in never if n not in failing_public]
@@ -130,14 +136,16 @@ def summary(records, numbers, bonus, equivalent=(), eps=EPS):
     return {
         "mutants": len(names),
         "ungraded": sorted(n for n in names if graded[n] < len(by[n]["seeds"])),
-        "killed_every_seed": len(names) - len(not_killed),
+        "killed_every_seed": sum(1 for n in names if graded[n] and n not in not_killed),
         "killed_some_seeds": sorted(n for n in not_killed if n not in never),
         "not_killed": len(never),
         "failing_public_only": sorted(n for n in never if n in failing_public),
         "survivors": survivors,
         "equivalent_listed": sorted(n for n in survivors if n in equivalent),
-        "survivors_not_equivalent": [{"name": n, "parts": by[n]["parts"], "bug": by[n]["bug"]}
+        "survivors_not_equivalent": [{"name": n, "parts": by[n]["parts"], "bug": by[n]["bug"],
+                                      "second_oracle": by[n].get("second_oracle")}
                                      for n in survivors if n not in equivalent],
+        "survivors_second_oracle_kills": sorted(n for n in survivors if by[n].get("second_oracle")),
         "equivalent_but_killed": sorted(n for n in equivalent if n in by and n not in survivors),
         "cascade": {"overall": len(every), "within_core": len(core), "into_bonus": len(into),
                     "named": sum(1 for c in every if c[2])},
@@ -164,7 +172,8 @@ def render(title, s):
         f"{title}: {s['mutants']} mutants" + (f" ({len(s['ungraded'])} with a seed not graded)" if s["ungraded"] else ""),
         f"  killed on every seed {s['killed_every_seed']}, on some seeds only {len(s['killed_some_seeds'])}, "
         f"on none {s['not_killed']} ({len(s['failing_public_only'])} of them fail public tests; survivors "
-        f"{len(s['survivors'])}, {len(s['equivalent_listed'])} listed as equivalent)",
+        f"{len(s['survivors'])}, {len(s['equivalent_listed'])} listed as equivalent, "
+        f"{len(s['survivors_second_oracle_kills'])} failing verify_corpus's checks)",
         f"  cascade: {c['overall']} overall, {c['within_core']} within Parts 1-4, {c['into_bonus']} into the bonus; "
         f"{c['named']} named (\"fix Part N first\")",
         f"  oracle: {len(s['oracle_violations'])} (mutant, part) pairs fail public tests of the part but lose no hidden "
