@@ -1,8 +1,16 @@
 """The generated corpus: every one-line mutation of a paged_kv.py, named and labelled, and the command
-that grades it beside the hand-written bugs (measure.py grades, proofs.py judges, report.py... see main).
+that grades it beside the hand-written bugs (measure.py grades, proofs.py judges; the proofs' figures
+come from the graded mode, the grader's own command line).
 
     python -m grader.selftest.generate [--seeds 0-4] [--sample N] [--source solution|variant NAME]
-        [--corpus generated,mutants,unseen] [--mode graded|inprocess|both] [--jobs 2] [--json PATH] [--list]
+        [--corpus generated,mutants,unseen] [--mode graded|inprocess|both] [--jobs 2] [--json PATH]
+        [--findings PATH] [--records PATH] [--names A,B] [--list]
+
+prints per corpus: killed on every seed / on some / on none (survivors, those listed in equivalent.py,
+those verify_corpus catches), the cascade (overall, within Parts 1-4, into the bonus, named by "fix
+Part N first"), the public tests as oracle, the seed spread and the "got NoneType" messages; --json
+keeps every record, --findings the lists alone. The whole reference corpus on 5 seeds takes about an
+hour on two cores; --sample N is a stratified sample (by part and operator kind) for a quick run.
 
 The hand-written corpora (mutants.py, unseen.py) are bugs this project thought of; a grader tuned on
 them can still fall short on bugs nobody wrote. So every site of the source gets each mutation below,
