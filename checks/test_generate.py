@@ -144,3 +144,12 @@ def test_a_stratified_sample_takes_every_part_and_kind_first(reference):
     picked = generate.sample(items, len(strata))
     assert {(e.mutant.part, e.kind) for e in picked} == strata
     assert [e.name for e in generate.sample(items, 40)] == [e.name for e in generate.sample(items, 40)]
+
+
+def test_every_hand_written_mutant_can_be_anchored_the_same_way():
+    text = mutants.reference_text()
+    tree = ast.parse(text)
+    for m in mutants.MUTANTS:
+        line = text[:text.index(m.edits[0][0])].count("\n") + 1
+        where = generate.anchor(text, line, tree)
+        assert not where.startswith("<module>") and generate.line_of(text, where) == line, (m.name, where)
