@@ -116,7 +116,7 @@ def test_the_rule_gives_the_written_owner_map_on_every_line_of_the_reference():
     assert covered == len([n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)])
 
 
-def test_the_written_map_puts_the_lazy_copy_in_part_4_and_the_count_in_part_2():
+def test_the_written_map_puts_the_lazy_copy_and_the_copied_data_in_part_4_and_the_count_in_part_2():
     text = mutants.reference_text()
     own = owners.reference_owner()
     lines = text.splitlines()
@@ -124,6 +124,8 @@ def test_the_written_map_puts_the_lazy_copy_in_part_4_and_the_count_in_part_2():
     assert own("PagedSequence.reserve", at["self.pool.decref(shared)"]) == ("copy_on_write",)
     assert own("PagedSequence.reserve", at["need = int(self._needs_copy()) + self._new_blocks(n)"]) == ("paged_step",)
     assert own("_as_int", at["return int(x)"]) == ("allocator", "paged_step", "prefix_cache")
+    assert own("BlockPool.copy_block", at["self.v[:, new] = self.v[:, b]"]) == ("copy_on_write", "allocator")
+    assert own("BlockPool.copy_block", at["self.n_copies += 1"]) == ("allocator",)
 
 
 @pytest.mark.parametrize("variant", ["plain_loops", "batched_dataclass"])
@@ -134,7 +136,10 @@ def test_two_variants_are_labelled_by_the_rule(variant):
     by = {m.name: m for m in ms}
     cow = [m for m in ms if "copy_block(" in m.bug and m.name.startswith("PagedSequence.reserve")]
     assert cow and all(m.part == "copy_on_write" for m in cow)
-    assert all(by[n].part == "allocator" for n in by if n.startswith("BlockPool."))
+    data = [m for m in ms if m.name.startswith("BlockPool.copy_block") and "self.v[" in m.bug]
+    assert data and all(m.parts == ("copy_on_write", "allocator") for m in data)
+    assert all(by[n].parts == ("allocator",) or n.startswith("BlockPool.copy_block:") and by[n].parts == data[0].parts
+               for n in by if n.startswith("BlockPool."))
 
 
 def test_a_stratified_sample_takes_every_part_and_kind_first(reference):

@@ -13,7 +13,10 @@ checks/test_generate.py proves that the rule gives the written map on the refere
  3. Copy-on-write: inside a contract function of another part, an `if` whose body calls
     `.copy_block(` (reserve's lazy copy) is Part 4's; so is a statement assigning a name that `if`'s
     test reads, together with its function's part (it also feeds Part 2's count).
- 4. A helper (a private function or method, a module-level name, a class the registry does not name)
+ 4. The copy's data: the statements of the pool's copy_block that store into its k or v are Part 4's
+    and Part 1's (owner Part 4): the rubric grades the copied K/V in copy_on_write.copied_data
+    (mutants.py's copy_block_no_v, unseen.owner), while the line is Part 1's code.
+ 5. A helper (a private function or method, a module-level name, a class the registry does not name)
     is owned by the parts of the lines that use it, transitively: its parts are the union of theirs,
     its owner the part of its first use in the source, or Part 4 when the test of a copy-on-write
     `if` uses it (it is the copy rule). So a shared helper is labelled with every part whose contract
@@ -44,7 +47,11 @@ REFERENCE = {
     "blockwise_attention": (_3,),
     "PrefixCache": (_5,), "cached_prefill": (_5,),
 }
-REFERENCE_BLOCKS = {("PagedSequence.reserve", "if self._needs_copy():"): (COW,)}
+REFERENCE_BLOCKS = {("PagedSequence.reserve", "if self._needs_copy():"): (COW,),
+                    ("BlockPool.copy_block", "self.k[:, new] = self.k[:, b]"): (COW, _1),
+                    ("BlockPool.copy_block", "self.v[:, new] = self.v[:, b]"): (COW, _1)}
+COPY_BLOCK = "BlockPool.copy_block"
+STORAGE = ("k", "v")            # the pool's K/V storage (the contract's attributes)
 
 
 def _unit(qualname, classes):
@@ -62,7 +69,7 @@ class Written:
         self.table, self.regions = table, []
         lines = text.splitlines()
         for (qualname, head), parts in blocks.items():
-            node = _find_if(tree, qualname, head, lines)
+            node = _find_statement(tree, qualname, head, lines)
             self.regions.append((qualname, node.lineno, node.end_lineno, parts))
 
     def __call__(self, qualname, line):
@@ -75,9 +82,9 @@ class Written:
         return self.table[unit.split(".")[0]]
 
 
-def _find_if(tree, qualname, head, lines):
+def _find_statement(tree, qualname, head, lines):
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and lines[node.lineno - 1].strip() == head:
+        if isinstance(node, ast.stmt) and lines[node.lineno - 1].strip() == head:
             return node
     raise KeyError(f"{qualname}: no `{head}`")
 
@@ -130,7 +137,7 @@ class Owners:
                     if isinstance(t, ast.Name):
                         nodes.setdefault(t.id, []).append(node)
                         helpers.setdefault(t.id, []).append(t.id)
-        self.regions = self._cow_regions(nodes)
+        self.regions = self._cow_regions(nodes) + self._copied_data(nodes)
         self._label_helpers(nodes, helpers)
 
     def _cow_regions(self, nodes):
@@ -154,8 +161,21 @@ class Owners:
                             out.append((unit, stmt.lineno, stmt.end_lineno, (COW, parts[0]), stmt))
         return out
 
+    def _copied_data(self, nodes):
+        """[(unit, first line, last line, parts, statement)] of copy_block's statements storing into the
+        pool's k or v (rule 4)."""
+        out = []
+        for fn in nodes.get(COPY_BLOCK, ()):
+            for stmt in fn.body:
+                if any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and t.value.attr in STORAGE
+                       for node in ast.walk(stmt) if isinstance(node, (ast.Assign, ast.AugAssign))
+                       for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                       for t in ast.walk(target)):
+                    out.append((COPY_BLOCK, stmt.lineno, stmt.end_lineno, (COW, self.units[COPY_BLOCK][0]), stmt))
+        return out
+
     def _label_helpers(self, nodes, helpers):
-        """Rule 4, to a fixed point: each helper unit's parts from the lines that use its name."""
+        """Rule 5, to a fixed point: each helper unit's parts from the lines that use its name."""
         uses = {}      # helper unit -> [(line, using unit, in a copy-on-write test)]
         for unit, roots in nodes.items():
             for root in roots:
