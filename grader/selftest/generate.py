@@ -416,7 +416,7 @@ def _arguments(argv):
     ap.add_argument("--json", help="write the records, summaries and timings here")
     ap.add_argument("--findings", help="write the summaries alone here (the lists that drive the grader's fixes)")
     ap.add_argument("--records", help="no grading: summarize the records of an earlier --json again (with today's "
-                    "EQUIVALENT, and verify_corpus on the survivors that lack it)")
+                    "labels and EQUIVALENT, and verify_corpus on the survivors that lack it; give its --source)")
     ap.add_argument("--list", action="store_true", help="list the corpus (name, parts, bug) and stop")
     args = ap.parse_args(argv)
     args.variant = None
@@ -458,6 +458,10 @@ def main(argv=None):
                                                             args.jobs, mode)
     by_name = {e.name: e for e in items}
     for mode, records in graded.items():
+        for r in records:               # today's labels (names are stable; owners.py may have changed)
+            if r["name"] in by_name:
+                m = by_name[r["name"]].mutant
+                r["part"], r["parts"], r["bug"] = m.part, list(m.parts), m.bug
         todo = [by_name[r["name"]] for r in records if proofs.spared(r) and r.get("second_oracle") is None
                 and r["name"] in by_name]
         found = measure.second_oracle(todo, args.jobs) if todo else {}
@@ -474,6 +478,8 @@ def main(argv=None):
             out["corpora"].setdefault(corpus, {})[mode] = {"summary": s, "records": mine}
             print(proofs.render(f"{corpus} ({out['source']}, seeds {out['seeds']}, {mode})", s))
     for mode, t in out["timing"].items():
+        if not all(isinstance(v, dict) and "runs" in v for v in t.values()):
+            continue                # an older record's timing
         print(f"timing ({mode}): " + "; ".join(f"{k} {v['wall_s']:.0f} s wall, {v['cpu_s']:.0f} s CPU for {v['runs']} "
                                                f"({v['cpu_s'] / max(1, v['runs']):.2f} CPU-s, "
                                                f"{v['wall_s'] / max(1, v['runs']):.2f} s wall each)"

@@ -160,9 +160,22 @@ def summary(records, numbers, bonus, equivalent=(), eps=EPS):
         "spread": {"median": statistics.median(spreads) if spreads else 0.0, "max": max(spreads, default=0.0)},
         "spread_over_2": [{"name": n, "spread": x, "totals": t, "bug": by[n]["bug"]}
                           for n, x, t in sorted(spread_violations(records, 2.0), key=lambda v: -v[1])],
-        "nonetype": {"mutants": len({m[0] for m in nonetype}), "messages": len(nonetype)},
-        "nonetype_messages": [dict(zip(("name", "seed", "check", "line"), m)) for m in nonetype],
+        "nonetype": {"mutants": len({m[0] for m in nonetype}), "messages": len({m[:3] for m in nonetype}),
+                     "lines": len(nonetype)},
+        "nonetype_messages": _by_mutant(nonetype),
     }
+
+
+def _by_mutant(nonetype):
+    """{name: {"checks", "seeds", "lines", "example"}} of the "got NoneType" lines."""
+    out = {}
+    for name, seed, check, line in nonetype:
+        m = out.setdefault(name, {"checks": [], "seeds": [], "lines": 0, "example": line})
+        m["lines"] += 1
+        for key, value in (("checks", check), ("seeds", seed)):
+            if value not in m[key]:
+                m[key].append(value)
+    return out
 
 
 def render(title, s):
@@ -182,5 +195,6 @@ def render(title, s):
         "failing outside its parts)",
         f"  seed spread: median {s['spread']['median']:.2f}, max {s['spread']['max']:.2f}; "
         f"{len(s['spread_over_2'])} over 2 points",
-        f"  \"got NoneType\": {s['nonetype']['mutants']} mutants, {s['nonetype']['messages']} messages",
+        f"  \"got NoneType\": {s['nonetype']['mutants']} mutants, {s['nonetype']['messages']} messages (a check's "
+        f"feedback at a seed), {s['nonetype']['lines']} lines",
     ])
