@@ -64,6 +64,29 @@ EQUIVALENT = {
 }
 
 VARIANTS = {
+    "plain_loops": {
+        "_is_int:+1:bool:0": "accepts every non-bool and bools too as integers: " + _WRONG_TYPE,
+        "BlockPool.__init__:+1:bool:0": "a non-integer n_blocks or block_size may pass: " + _WRONG_TYPE + "; " + _SIZES,
+        "BlockPool.__init__:+1:bool:1": "a non-integer n_blocks or block_size may pass: " + _WRONG_TYPE + "; " + _SIZES,
+        "BlockPool.__init__:+1:const:1": _SIZES,
+        "BlockPool.__init__:+1:bool:2": _SIZES,
+        "BlockPool.__init__:+1:const:3": _SIZES,
+        "BlockPool.__init__:+2:drop:0": _SIZES + "; " + _WRONG_TYPE,
+        "BlockPool._check:+2:drop:0": "a non-integer id gets through the type check: " + _WRONG_TYPE,
+        "BlockPool._check:+3:drop:0": _NUMPY + "the dict of refcounts hashes it as the int",
+        "BlockPool.alloc:+5:cmp:0": "peak_used set to n_used when they are equal: the same value",
+        "PagedSequence._cow_due:+1:const:3": "a sequence with a partly filled block has a table (len 0 never meets a "
+                                             "partial block between steps)",
+        "PagedSequence._cow_due:+2:return:0": "None instead of False: `1 if None else 0` is 0 all the same",
+        "PagedSequence._missing:+2:swap:0": _SYMMETRIC,
+        "_tokens:+3:drop:0": "a 2-D chunk's rows are lists, rejected by the integer check below; 2-D is not graded",
+        "_tokens:+9:drop:0": "a non-integer token gets through: " + _WRONG_TYPE,
+        "_tokens:+10:drop:0": _NUMPY + "np.array of the tokens is the same",
+        "paged_step:+1:drop:0": "seqs indexes, zips and lens the same as a list or a tuple",
+        "paged_step:+2:drop:0": "chunks indexes, zips and lens the same as a list or a tuple",
+        "blockwise_attention:+3:const:1": "length 0 still raises ValueError: max() of no blocks' scores",
+        "blockwise_attention:+4:drop:0": "length 0 still raises ValueError: max() of no blocks' scores",
+    },
 }
 
 
