@@ -128,9 +128,14 @@ def summary(records, numbers, bonus, equivalent=(), eps=EPS):
         return worst
 
     def example(name, where):
-        v = by[name]["seeds"][next(iter(where))]
-        check = next((c for c, x in v["checks"].items() if x > eps and _part_of(c) in where[next(iter(where))]), None)
-        return check, (v["messages"].get(check, "") if check else "")[:400]
+        """A check losing points outside, at the first seed: one that names none of its parts if any."""
+        own = {str(numbers[p]) for p in by[name]["parts"]}
+        seed = next(iter(where))
+        v = by[name]["seeds"][seed]
+        out = [c for c, x in v["checks"].items() if x > eps and _part_of(c) in where[seed]]
+        silent = [c for c in out if not set(NAMED.findall(v["messages"].get(c, ""))) & own]
+        check = (silent or out or [None])[0]
+        return check, (v["messages"].get(check, "") if check else "")[:600]
 
     top = sorted(every, key=lambda c: -sum(outside(c[1]).values()))
     return {
