@@ -3,7 +3,11 @@ mutants): the same plans, scenarios and judges as a grading, without the sandbox
 over many seeds (margins.py) costs seconds, not a grading per seed.
 
 Never for a submission: student code only runs in the sandbox (grader/sandbox.py). A case whose
-scenario raised here is failed (None is a pass, anything else the judge's message or why).
+scenario raised here is failed (None is a pass, anything else the judge's message or why). As in a
+grading, the calls of Parts 2, 4 and 5 carry the ledger (hidden conftest's _with_ledger), the answers
+reach the judges through the wire's round trip, and an answer saying the scenario could not build its
+pool fails with the grading's "fix Part N first" (_unbuilt); the messages are the judges', before
+feedback.py trims them.
 """
 import importlib
 import importlib.util
@@ -21,8 +25,9 @@ import registry  # noqa: E402    tests/registry.py
 import scenarios  # noqa: E402
 from explain import hidden_feedback  # noqa: E402
 
+from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
-from grader.hidden.conftest import Context, bind, rng_for  # noqa: E402
+from grader.hidden.conftest import Context, _unbuilt, _with_ledger, bind, rng_for  # noqa: E402
 
 
 def load(path, tag):
@@ -50,11 +55,18 @@ def bound_checks():
     return out
 
 
-def _batch(pk, calls):
+def _batch(pk, calls, sent=False):
+    """(answers, None) or (None, why); sent: the answers as a grading's judges get them, through the wire."""
     try:
-        return scenarios.batch(pk, calls), None
+        got = scenarios.batch(pk, calls)
     except Exception as e:  # noqa: BLE001  (our own corpus: a mutant's crash fails its cases)
         return None, f"the scenario raised {type(e).__name__}: {e}"
+    if not sent:
+        return got, None
+    try:
+        return wire.decode(wire.encode(got)), None
+    except (TypeError, ValueError) as e:
+        return None, f"the answer is not plain data ({type(e).__name__}: {e})"
 
 
 _EXPECTED = {}      # (reference module's name, check id, seed) -> its answers: computed once
@@ -65,22 +77,25 @@ def judge_check(pk, ref, check_id, seed, bound=None, seen=None):
     seen: a list to append each (case, expected, got) to."""
     plan, judge = (bound or bound_checks())[check_id]
     cases = plan(rng_for(seed, check_id))
-    calls = [[c.scenario, c.inputs] for c in cases]
+    calls = _with_ledger(check_id, [[c.scenario, c.inputs] for c in cases])
     key = (ref.__name__, check_id, seed)
     if key not in _EXPECTED:
         _EXPECTED[key], why = _batch(ref, calls)
         assert why is None, f"the reference's {check_id}: {why}"
     expected = _EXPECTED[key]
-    got, why = _batch(pk, calls)
+    got, why = _batch(pk, calls, sent=True)
     if why:
         return [why] * len(cases)
     out = []
     for case, e, g in zip(cases, expected, got):
         if seen is not None:
             seen.append((case, e, g))
+        if _unbuilt(g):
+            out.append(_unbuilt(g, rubric.CHECKS[check_id].part))
+            continue
         second = None
         if case.second is not None:
-            second, why = _batch(pk, case.second(e, g))
+            second, why = _batch(pk, _with_ledger(check_id, case.second(e, g)), sent=True)
             if why:
                 out.append(why)
                 continue

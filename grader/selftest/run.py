@@ -101,6 +101,7 @@ class Sub:
     raw: bytes = b""
     stderr: str = ""
     public: dict = None       # our own corpus: {part: [failing public tests]}
+    args: tuple = ()          # more arguments of its grading (the generated corpus's: --seed N)
     problems: list = field(default_factory=list)
 
     @property
@@ -190,9 +191,10 @@ def order(subs):
 GRADER_ARGS = []      # extra arguments for every `python -m grader` (--grader-args)
 
 
-WARM_KINDS = ("mutant", "variant", "strategic")     # graded through warm.py's warm start (our own corpus)
-FORKED_KINDS = ("mutant", "variant")     # of those, their sandbox calls forked (forked.py: the honest corpus),
-#                                          and the strategic corpus's plain bugs (strategic.honest), not its tricks
+WARM_KINDS = ("mutant", "variant", "strategic", "generated")   # graded through warm.py's warm start (our own corpus)
+FORKED_KINDS = ("mutant", "variant", "generated")   # of those, their sandbox calls forked (forked.py: the honest
+#                                          corpus), and the strategic corpus's plain bugs (strategic.honest), not its
+#                                          tricks. "generated": generate.py's gradings (their public tests run apart)
 WARM = []             # [the warm.Warm server] while main runs, unless --cold
 
 
@@ -220,7 +222,7 @@ def grade(s, root):
     """Run the grader's command line on one submission (through the warm start for WARM_KINDS); fills
     exit, wall, data, raw."""
     log = root / "logs" / (s.key.replace(":", "-") + ".log")
-    argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS]
+    argv = [str(s.path), "--results", str(s.results), *GRADER_ARGS, *s.args]
     warm = bool(WARM) and s.kind in WARM_KINDS
     forked = s.kind in FORKED_KINDS or s.kind == "strategic" and strategic.honest(s.name)
     start = time.monotonic()
