@@ -139,6 +139,15 @@ def _storage_float64(pool, cfg, n_blocks, block_size):
     return pool
 
 
+def fresh_sequence(pk, pool):
+    """PagedSequence(pool) as a part other than Part 2 uses one: built by the implementation, then set
+    empty through the contract's attributes (blocks, length), so a constructor's bug, Part 2's, does
+    not reach Parts 4 and 5 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
+    seq = build("PagedSequence", pk.PagedSequence, pool)
+    seq.blocks, seq.length = [], 0
+    return seq
+
+
 def as_int(x):
     """Plain int from an implementation's integer (Python or numpy); anything else is a type name."""
     if type(x) is int:          # the common case, without the ABC's isinstance (read for every block, every step)
@@ -623,15 +632,15 @@ def cow_probe(pk, cfg=None):
     exactly then runs out, and its failure names Part 4."""
     def unshared():
         pool = new_pool(pk, config(cfg), 4, 4)
-        seq = pk.PagedSequence(pool)
+        seq = fresh_sequence(pk, pool)
         grow(pool, seq, 2, 0)
         before = [as_int(b) for b in seq.blocks]
         seq.reserve(1)
-        return [as_int(b) for b in seq.blocks] != before
+        return [as_int(b) for b in seq.blocks][:len(before)] != before    # (blocks it added are the count's)
 
     def shared():
         pool = new_pool(pk, config(cfg), 10, 4)
-        seqs = [pk.PagedSequence(pool) for _ in range(3)]
+        seqs = [fresh_sequence(pk, pool) for _ in range(3)]
         grow(pool, seqs[0], 6, 0)                   # a full block, then 2 of 4 positions
         table = [as_int(b) for b in seqs[0].blocks]
         for seq in seqs[1:]:
@@ -640,13 +649,13 @@ def cow_probe(pk, cfg=None):
             seq.blocks, seq.length = list(table), 6
         for seq in seqs:
             seq.reserve(1)
-        lasts = [as_int(seq.blocks[1]) if [as_int(b) for b in seq.blocks[:1]] == table[:1] and len(seq.blocks) == 2
-                 else None for seq in seqs]
+        lasts = [as_int(seq.blocks[1]) if [as_int(b) for b in seq.blocks[:1]] == table[:1] and len(seq.blocks) >= 2
+                 else None for seq in seqs]                 # (blocks added past the second are the count's)
         return None in lasts or len(set(lasts)) != 3 or lasts.count(table[1]) != 1 \
             or any(as_int(pool.refcount(b)) != 1 for b in lasts) or as_int(pool.refcount(table[0])) != 3
     def full():
         pool = new_pool(pk, config(cfg), 6, 4)
-        seq, other = pk.PagedSequence(pool), pk.PagedSequence(pool)
+        seq, other = fresh_sequence(pk, pool), fresh_sequence(pk, pool)
         grow(pool, seq, 4, 0)                       # one full block, shared
         pool.incref(as_int(seq.blocks[0]))
         other.blocks, other.length = list(seq.blocks), 4
@@ -669,7 +678,7 @@ def count_probe(pk, cfg=None):
     def run():
         for filled in (1, 2, 3):
             pool = new_pool(pk, config(cfg), 4, 4)
-            seq = pk.PagedSequence(pool)
+            seq = fresh_sequence(pk, pool)
             grow(pool, seq, filled, 0)
             before = len(list(seq.blocks))
             seq.reserve(4 - filled)
@@ -782,7 +791,7 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
     seqs, records = [], []
 
     def new():
-        seqs.append(pk.PagedSequence(pool))
+        seqs.append(fresh_sequence(pk, pool))
         return len(seqs) - 1
 
     def fork(i):
@@ -1014,7 +1023,8 @@ class _StepWatch:
     2's, judged by Part 2's checks."""
 
     def __init__(self, pk, test_steps=False):
-        self.PagedSequence, self._step, self.raised = pk.PagedSequence, pk.paged_step, False
+        self.PagedSequence = (lambda pool: fresh_sequence(pk, pool)) if test_steps else pk.PagedSequence
+        self._step, self.raised = pk.paged_step, False
         self._test_steps, self._steps = test_steps, 0
 
     def paged_step(self, params, cfg, seqs, chunks):
@@ -1195,7 +1205,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
     for action in actions:
         run.call(action)
     return {"records": run.records, "twins": run.twins, "alone": run.alone,
-            "probes": {"cow": probed(cow_probe, pk, cfg), "layout": probed(layout_probe, pk, cfg)}}
+            "probes": {"cow": probed(cow_probe, pk, cfg), "layout": probed(layout_probe, pk, cfg),
+                       "count": probed(count_probe, pk, cfg)}}
 
 
 class PrefixRun:
@@ -1284,7 +1295,7 @@ class PrefixRun:
     # ------------------------------------------------------------------ the actions
     def request(self, tokens):
         pk = self.pk
-        seq = build("PagedSequence", pk.PagedSequence, self.pool)
+        seq = fresh_sequence(pk, self.pool)
         self.seqs.append({"tokens": list(tokens), "obj": seq, "made": []})
         found, _ = attempt(self.cache.lookup, list(tokens))     # (lookup of bad token ids is not graded)
         hits = [as_int(b) for b in found] if isinstance(found, list) else []
@@ -1352,7 +1363,7 @@ class PrefixRun:
 
     def bad_prefill(self, kind, tokens):
         pk, pool, held = self.pk, self.pool, self.held
-        seq = pk.PagedSequence(pk.BlockPool(self.cfg, 4, self.B) if kind == "other_pool" else pool)
+        seq = fresh_sequence(pk, pk.BlockPool(self.cfg, 4, self.B) if kind == "other_pool" else pool)
         if kind in ("filled", "reserved"):         # the sequence holds the test's last block too
             pool.incref(held[-1])
             seq.blocks, seq.length = [held[-1]], 1 if kind == "filled" else 0
@@ -1407,16 +1418,23 @@ def _fits_in_pieces(cfg, block_size, seqs, chunks):
 
 def step_alone(pk, cfg, prm, block_size, tokens):
     """The kind of error paged_step raises for `tokens` on an empty sequence of an ample pool of its own,
-    or None when it runs: cached_prefill computes the rest of a prompt with paged_step (Part 2's), so
-    a request that raised names Part 2 when this is not None."""
-    def run():
-        pool = new_pool(pk, cfg, 2 * (-(-len(tokens) // block_size)) + 4, block_size)
-        pk.paged_step(prm, cfg, [pk.PagedSequence(pool)], [list(tokens)])
+    stepped whole, then from its second block on (as after a hit), or None when both run:
+    cached_prefill computes the rest of a prompt with paged_step (Part 2's), so a request that raised
+    names Part 2 when this is not None."""
+    def run(first):
+        pool = _storage_float64(new_pool(pk, cfg, 2 * (-(-len(tokens) // block_size)) + 4, block_size), cfg,
+                                2 * (-(-len(tokens) // block_size)) + 4, block_size)
+        seq = fresh_sequence(pk, pool)
+        for chunk in ([tokens[:first], tokens[first:]] if first else [tokens]):
+            pk.paged_step(prm, cfg, [seq], [list(chunk)])
     try:
-        _, error = attempt(run)
+        for first in (0, block_size if len(tokens) > block_size else 0):     # (after a hit: not from position 0)
+            _, error = attempt(run, first)
+            if error is not None:
+                return error["kind"]
     except NotImplementedError:
         return "NotImplementedError"
-    return None if error is None else error["kind"]
+    return None
 
 
 def shared_hits(table, hits, prompt_len, rows, block_size):

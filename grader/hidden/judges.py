@@ -16,7 +16,7 @@ import functools
 
 from explain import (describe_action, describe_prefix_actions, draw_tables, hidden_feedback, ours, outcome, their,
                      their_list)
-from rules import (append_violation, copy_note, first_copy, first_move, lifetime_from, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
+from rules import (NORMAL_COPY, append_violation, copy_note, first_copy, first_move, lifetime_from, refcount_note, handle_ids, kv_difference, lowest_free_difference, part2_view,
                    part5_view, pool_difference, pool_view, pool_view_violation, sampling_violation, savings,
                    sharing_violation, short_of, step_twin, twin_difference, twin_requests, unshared_records)
 from scenarios import REFUSALS
@@ -219,10 +219,13 @@ def _cow_needed(rec, raw, probe):
 
 
 def _copy_needed(probe):
-    """What to add when a step that copies a shared block raised while pool.copy_block does not run on a
-    pool of its own (scenarios.copy_runs); "" when it runs."""
+    """What to add when a step that copies a shared block raised while pool.copy_block does not run, or
+    does not do what the contract says, on a pool of its own (scenarios.copy_runs); "" when it does."""
     if isinstance(probe, dict) and set(probe) == {"error"}:
         return f"this step copies a shared block, and your pool.copy_block raised on a pool of its own: {NEEDS_COPY}"
+    if isinstance(probe, dict) and probe != NORMAL_COPY:
+        return ("this step copies a shared block, and on a pool of its own your pool.copy_block does not do what the "
+                "contract says (its new block, its refcounts or the K/V it copies): fix Part 1 first")
     return ""
 
 
@@ -268,9 +271,13 @@ def sharing_judge(case, expected, got, ctx):
                     "the length by its chunk, taking a block only when a position needs one (Part 2), or it overwrites blocks "
                     "that forks share: fix Part 2 first)")
     notes = [n for n in (copy_note(got.get("copy_probe")), refcount_note(got.get("refcount_probe"))) if n]
-    if message and got.get("count_probe") is True:
+    count = got.get("count_probe")
+    if message and count is True:
         notes.append(f"(on a pool of its own your reserve takes a block when the last one has room for what it is "
                      f"asked: {NEEDS_EXACT})")
+    elif message and count not in (None, False):
+        notes.append(f"(on a pool of its own your reserve raises {their(count, 'kind')} when asked for room the last "
+                     "block has (Part 2): fix Part 2 first)")
     return "\n  ".join([message, *notes]) if message else message
 
 
@@ -548,6 +555,10 @@ def _part5_note(op, g, probes=None):
     has evicted (Part 2's count of the blocks a step takes, Part 4's copy at a block boundary)."""
     if op[0] in _TEST_POOL_CALLS and g.get("error") is not None:
         return ("\n    (the test's own pool.alloc / pool.decref raised here, nothing of the cache's: Part 1's, fix it first)")
+    if op[0] == "request" and g.get("error") == "MemoryError" and (probes or {}).get("count") not in (None, False):
+        return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly, and on a pool of "
+                "its own your reserve takes a block (or raises) when the last one has room for what it is asked: "
+                "a step must take a block only when a position needs one (Part 2): fix Part 2 first)")
     if op[0] == "request" and g.get("error") == "MemoryError" and (probes or {}).get("cow") is True:
         return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly, and on a pool of "
                 "its own your copy-on-write makes copies the contract does not (a full shared block, say), which take "
