@@ -1086,8 +1086,9 @@ def _drive(pk, fn, pool, choices=None, **kw):
                "raised_in": None if error is None else ("the test's step" if watched_pk._test_steps else "paged_step")
                if watched_pk.raised else "driver"}
     if watched["raised_in"] in ("paged_step", "the test's step"):    # a fork's step copies: whether copy_block
-        watched["copy_probe"] = copy_runs(pk, kw.get("cfg"))           # (Part 1) runs, and copy-on-write (Part 4)
-        watched["cow_probe"] = cow_probe(pk, kw.get("cfg"))
+        watched["copy_probe"] = copy_runs(pk, kw.get("cfg"))           # (Part 1) runs, copy-on-write (Part 4),
+        watched["cow_probe"] = cow_probe(pk, kw.get("cfg"))            # and reserve's count (Part 2)
+        watched["count_probe"] = count_probe(pk, kw.get("cfg"))
     return out, stats, watched
 
 

@@ -397,6 +397,9 @@ def _driver_failed(got):
             return f"{stopped}: {copy}"
         if got.get("cow_probe") is True:
             return f"{stopped}: on a pool of its own your copy-on-write makes copies the contract does not"
+        if got.get("count_probe") not in (None, False) and got["raised_in"] == "the test's step":
+            return (f"{stopped}: on a pool of its own your reserve raises or takes a block when the last one has "
+                    f"room for what it is asked: {NEEDS_EXACT}")
         return f"{stopped}: this check {NEEDS_PART2}" if got["raised_in"] == "paged_step" else stopped
     return f"  the driver raised {outcome(got['error'])} (a fork or free failed)"
 
