@@ -791,6 +791,9 @@ def append_violation(reply, block_size=None):
                 m = min(before.shape[1], k.shape[1])
                 if not np.array_equal(before[:, :m], k[:, :m]):
                     return "a step changed K/V that an earlier step had stored"
+                stepped = isinstance(op, list) and op[:1] == ["step"] and rec.get("error") is None
+                if stepped and k.shape[1] > m and not np.all(np.any(k[:, m:] != 0, axis=(2, 3))):
+                    return "a step left its new positions' K/V unstored in some layer (zeros, on a fresh pool)"
             seen[j] = k
     return None
 

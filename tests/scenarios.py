@@ -715,6 +715,24 @@ def layout_probe(pk, cfg=None):
     return result if error is None else error["kind"]
 
 
+def fit_probe(pk, cfg=None):
+    """Whether paged_step refuses a step that needs exactly the free blocks (Part 2's count), on a pool
+    of its own: 4 blocks of 4, the test holding 2, an empty sequence stepped by 8 tokens. True when it
+    raised MemoryError, False when it ran, the error's kind when it raised otherwise. A cached prefill
+    that fits exactly after the cache evicted its shortfall names Part 2 when this is True."""
+    cfg = config(cfg)
+
+    def run():
+        pool = _storage_float64(new_pool(pk, cfg, 4, 4), cfg, 4, 4)
+        pool.alloc(), pool.alloc()
+        pk.paged_step(params(cfg, 0), cfg, [fresh_sequence(pk, pool)], [[1, 2, 3, 4, 5, 6, 7, 8]])
+    try:
+        _, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return False if error is None else True if error["kind"] == "MemoryError" else error["kind"]
+
+
 _PROBED = {}
 
 
@@ -1207,7 +1225,7 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         run.call(action)
     return {"records": run.records, "twins": run.twins, "alone": run.alone,
             "probes": {"cow": probed(cow_probe, pk, cfg), "layout": probed(layout_probe, pk, cfg),
-                       "count": probed(count_probe, pk, cfg)}}
+                       "count": probed(count_probe, pk, cfg), "fit": probed(fit_probe, pk, cfg)}}
 
 
 class PrefixRun:
@@ -1419,20 +1437,24 @@ def _fits_in_pieces(cfg, block_size, seqs, chunks):
 
 def step_alone(pk, cfg, prm, block_size, tokens):
     """The kind of error paged_step raises for `tokens` on an empty sequence of an ample pool of its own,
-    stepped whole, then from its second block on (as after a hit), or None when both run:
+    stepped whole, from its second block on (as after a hit), and with its last token alone, or
+    "returns" when it answers no [len(chunk), vocab] logits array, or None when all three run:
     cached_prefill computes the rest of a prompt with paged_step (Part 2's), so a request that raised
     names Part 2 when this is not None."""
     def run(first):
-        pool = _storage_float64(new_pool(pk, cfg, 2 * (-(-len(tokens) // block_size)) + 4, block_size), cfg,
-                                2 * (-(-len(tokens) // block_size)) + 4, block_size)
+        n = 2 * (-(-len(tokens) // block_size)) + 4
+        pool = _storage_float64(new_pool(pk, cfg, n, block_size), cfg, n, block_size)
         seq = fresh_sequence(pk, pool)
         for chunk in ([tokens[:first], tokens[first:]] if first else [tokens]):
-            pk.paged_step(prm, cfg, [seq], [list(chunk)])
+            out = pk.paged_step(prm, cfg, [seq], [list(chunk)])
+            if len(out) != 1 or np.shape(out[0]) != (len(chunk), cfg.vocab):
+                return "returns"
+        return None
     try:
-        for first in (0, block_size if len(tokens) > block_size else 0):     # (after a hit: not from position 0)
-            _, error = attempt(run, first)
-            if error is not None:
-                return error["kind"]
+        for first in {0, block_size if len(tokens) > block_size else 0, len(tokens) - 1 if len(tokens) > 1 else 0}:
+            said, error = attempt(run, first)        # (whole; after a hit; its last token alone)
+            if error is not None or said is not None:
+                return said or error["kind"]
     except NotImplementedError:
         return "NotImplementedError"
     return None

@@ -33,6 +33,9 @@ class SideBySide:
     back the ones in `given_back`, by index), as other sequences would in a used pool."""
 
     def __init__(self, pk, block_size, n_blocks=16, cfg=None, held=0, given_back=(), fill_seed=None):
+        waits = support.needs_part1(pk, "this test of paged KV", copies=False)
+        if waits:       # its pool's alloc, decref and n_free shape every story here (the hidden grader's ledger
+            support.wait(waits)       # stands in for them: a bug of Part 1 costs Part 1's tests alone)
         self.pk, self.B, self.cfg = pk, block_size, sc.config(cfg)
         self.params = sc.params(self.cfg, 0)
         setup = [["alloc"]] * held + [["release", h] for h in given_back]

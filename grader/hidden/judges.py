@@ -176,7 +176,8 @@ def part2_judge(fields):
                 raised_sharing = "tables" not in e and raw["error"] is not None
                 needed = _copy_needed(got.get("copy_probe")) if raised_sharing else ""
                 needed = needed or _pool_needed(rec, raw, got.get("capacity_probe"), got.get("refcount_probe")) \
-                    or _cow_needed(rec, raw, got.get("cow_probe"))
+                    or _cow_needed(rec, raw, got.get("cow_probe")) \
+                    or (_cow_raises(rec, raw, got.get("cow_probe")) if raised_sharing else "")
                 return f"{message}\n    ({needed})" if needed else message
         return None
     return judge
@@ -203,6 +204,14 @@ def _pool_needed(rec, raw, capacity, refcounts=None):
                 f"the contract says: {NEEDS_POOL}")
     if rec["op"][0] in _TEST_CALLS:
         return f"the test's own {_TEST_CALLS[rec['op'][0]]} raised: {NEEDS_POOL}"
+    return ""
+
+
+def _cow_raises(rec, raw, probe):
+    """What to add when a call raised where the reference did not while, on a pool of its own,
+    copy-on-write itself raises (scenarios.cow_probe gave an error's kind): Part 4's to fix first."""
+    if isinstance(probe, str) and probe != "NotImplementedError" and rec["error"] is None and raw["error"] is not None:
+        return f"on a pool of its own your reserve's copy-on-write raises {their(probe, 'kind')}: fix Part 4 first"
     return ""
 
 
@@ -546,6 +555,10 @@ def _alone_note(op, g, alone):
         return ("\n    (your paged_step alone accepts this prompt too, on an empty sequence of a pool of its own, though "
                 "it is not a valid chunk: a cached_prefill that leaves checking the prompt to paged_step (Part 2) "
                 "needs it to refuse: fix Part 2 first)")
+    if op[0] == "request" and g.get("error") is not None and alone == "returns":
+        return ("\n    (your paged_step alone does not return one [len(chunk), vocab] logits array per sequence on this "
+                "prompt, on an empty sequence of a pool of its own: cached_prefill computes the rest of the prompt "
+                "with paged_step (Part 2): fix Part 2 first)")
     if op[0] == "request" and g.get("error") is not None and alone not in (None, "accepted"):
         return (f"\n    (your paged_step alone raises {their(alone, 'kind')} on this prompt, on an empty sequence of a pool "
                 "of its own: cached_prefill computes the rest of the prompt with paged_step (Part 2): fix Part 2 first)")
@@ -558,6 +571,10 @@ def _part5_note(op, g, probes=None):
     has evicted (Part 2's count of the blocks a step takes, Part 4's copy at a block boundary)."""
     if op[0] in _TEST_POOL_CALLS and g.get("error") is not None:
         return ("\n    (the test's own pool.alloc / pool.decref raised here, nothing of the cache's: Part 1's, fix it first)")
+    if op[0] == "request" and g.get("error") == "MemoryError" and (probes or {}).get("fit") not in (None, False):
+        return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly, and on a pool of "
+                "its own your paged_step refuses (or fails) a step that needs exactly the free blocks (Part 2's "
+                "count): fix Part 2 first)")
     if op[0] == "request" and g.get("error") == "MemoryError" and (probes or {}).get("count") not in (None, False):
         return ("\n    (after the cache evicts the shortfall the prompt fits the free blocks exactly, and on a pool of "
                 "its own your reserve takes a block (or raises) when the last one has room for what it is asked: "
