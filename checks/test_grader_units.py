@@ -469,7 +469,7 @@ def test_part5_judges_pass_a_bug_of_part_2_or_4_that_depends_on_chunks_or_rows(b
     from grader.selftest import mutants, unseen
     case = _chain_case()
     expected = scenarios.prefix_script(reference, **case.inputs)
-    other = load(unseen.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
+    other = load(mutants.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
     got = scenarios.prefix_script(other, **case.inputs)
     for field in PART5_FIELDS:
         judge = prefix_judge(PART5_FIELDS[field], twin=field == "logits")

@@ -1281,9 +1281,9 @@ def cached_prefill(params, cfg, seq, prompt, cache):
 '''
 
 def _function(text, name):
-    """The source of the top-level function `name` in `text` (up to the two blank lines after it)."""
-    start = text.index(f"\ndef {name}(") + 1
-    return text[start:text.index("\n\n\n", start) + 1]
+    """The source of the top-level function `name` in `text` (mutants.scopes)."""
+    start, end = mutants.scopes(text)[name]
+    return text[start:end]
 
 
 # A Part 4 bug only a twin can see (strategic.py's stale_table_write, as a paged_step appended at the
