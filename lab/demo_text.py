@@ -12,6 +12,12 @@ EN = {
     "cannot_import": "Cannot import {path}: {error}",
     "not_implemented": "\n  [{demo}] not implemented yet: needs {parts}. ({error})",
     "crashed": "\n  [{demo}] crashed; it uses {parts}:",
+    # a bonus demo whose part is not attempted (tools/labtool.py decides, as for make test and make submit)
+    "bonus.not_attempted": "\n  [{demo}] bonus not attempted: {why}. Part {n} is extra credit: Parts 1-4 lose nothing.",
+    "bonus.absent": "paged_kv.py defines no {names}",
+    "bonus.and_no": " and no ",
+    "bonus.stubbed": 'its stubs still raise NotImplementedError("TODO Part {n} ...")',
+    "bonus.incomplete": "\n  [{demo}] cannot run: paged_kv.py has only some of Part {n}'s names ({problems}).",
 
     "demo1.parts": "Part 1 (BlockPool) and Part 2 (paged_step)",
     "demo1.title": "Demo 1: how a block table grows (vLLM paper fig. 6: 7-token prompt, block size 4)",
@@ -75,12 +81,6 @@ EN = {
     ],
 
     "demo5.parts": "Parts 1-2, and the bonus Part 5 (PrefixCache, cached_prefill)",
-    "demo5.not_attempted": "\n  [demo5_prefix_cache] bonus not attempted: {why}. Part 5 is extra credit: "
-                           "Parts 1-4 lose nothing.",
-    "demo5.absent": "paged_kv.py defines no PrefixCache and no cached_prefill",
-    "demo5.stubbed": 'its stubs still raise NotImplementedError("TODO Part 5 ...")',
-    "demo5.incomplete": "\n  [demo5_prefix_cache] cannot run: paged_kv.py has only some of the bonus's names "
-                        "({problems}).",
     "demo5.title": "Demo 5: requests sharing a system prompt reuse its cached blocks ({system}-token system prompt "
                    "+ {question}-token question each; prefill one by one, then {steps} decode steps together; "
                    "block size {bs})",
@@ -116,6 +116,11 @@ ZH = {
     "cannot_import": "无法导入 {path}：{error}",
     "not_implemented": "\n  [{demo}] 还没有实现：需要 {parts}。（{error}）",
     "crashed": "\n  [{demo}] 运行出错；它用到 {parts}：",
+    "bonus.not_attempted": "\n  [{demo}] 加分题未做：{why}。Part {n} 是额外加分：Part 1-4 不受任何影响。",
+    "bonus.absent": "paged_kv.py 没有定义 {names}",
+    "bonus.and_no": "，也没有定义 ",
+    "bonus.stubbed": '它的桩函数仍在抛出 NotImplementedError("TODO Part {n} ...")',
+    "bonus.incomplete": "\n  [{demo}] 无法运行：paged_kv.py 只有 Part {n} 的一部分名字（{problems}）。",
 
     "demo1.parts": "Part 1（BlockPool）和 Part 2（paged_step）",
     "demo1.title": "演示 1：块表怎样随 decode 增长（vLLM 论文图 6：7 个 token 的提示，块大小 4）",
@@ -169,10 +174,6 @@ ZH = {
     ],
 
     "demo5.parts": "Part 1–2，以及加分题 Part 5（PrefixCache、cached_prefill）",
-    "demo5.not_attempted": "\n  [demo5_prefix_cache] 加分题未做：{why}。Part 5 是额外加分：Part 1-4 不受任何影响。",
-    "demo5.absent": "paged_kv.py 没有定义 PrefixCache，也没有定义 cached_prefill",
-    "demo5.stubbed": '它的桩函数仍在抛出 NotImplementedError("TODO Part 5 ...")',
-    "demo5.incomplete": "\n  [demo5_prefix_cache] 无法运行：paged_kv.py 只有加分题的一部分名字（{problems}）。",
     "demo5.title": "演示 5：共享系统提示的请求复用缓存里的块"
                    "（系统提示 {system} 个 token + 每个请求 {question} 个 token 的问题；"
                    "逐个 prefill，再一起 decode {steps} 步；块大小 {bs}）",

@@ -83,13 +83,14 @@ def without_bonus_markdown(text):
 
 
 def without_bonus_python(text):
-    """The starter without the bonus: its closing sections, from the first bonus part's to the end
-    (the bonus parts come last), and the module docstring's lines that start with "Part N" of a
-    bonus part (with their indented continuation lines)."""
+    """The starter without the bonus: its closing sections, from the first bonus part's banner
+    (`# ===... Part N (bonus): ...`) to the end (the bonus parts come last), and the module
+    docstring's lines that start with "Part N" of a bonus part, with the indented lines that follow
+    them (however deep)."""
     if not BONUS_NUMBERS:
         return text
     text = re.sub(rf"\n\n+# =+ Part (?:{BONUS_NUMBERS}) \(bonus\).*\Z", "\n", text, flags=re.S)
-    return re.sub(rf"^Part (?:{BONUS_NUMBERS})\b.*\n(?: {{8}}\S.*\n)*", "", text, flags=re.M)
+    return re.sub(rf"^Part (?:{BONUS_NUMBERS})\b.*\n(?: +\S.*\n)*", "", text, flags=re.M)
 
 
 def contents(src, name, bonus):
