@@ -231,6 +231,40 @@ def test_demo5_prints_the_figures(capsys):
     assert f"releases blocks {', '.join(map(str, chain[::-1]))}: the tail" in out
 
 
+# ================================================================== demo 6 (bonus): preemption
+def sampled_contiguously(prompt, number, n, new, seed=0):
+    """A request's n samples decoded on a contiguous KVCache each, with the scheduler's random streams
+    (request, sample, position): what any schedule must give."""
+    from decoding import _sample
+    out = []
+    for j in range(n):
+        kv, tokens = tl.KVCache(TINY, 1), []
+        logits = tl.forward(PARAMS, TINY, np.asarray(prompt)[None], cache=kv)[0, -1]
+        for t in range(new):
+            tokens.append(_sample(logits, 1.0, np.random.default_rng([seed, number, j, t])))
+            logits = tl.forward(PARAMS, TINY, np.array([[tokens[-1]]]), cache=kv)[0, -1]
+        out.append(tokens)
+    return out
+
+
+@pytest.mark.parametrize("B", [4, 16])
+def test_demo6_preempts_and_gives_every_request_its_own_outputs(B):
+    """A pool of 256 token slots for 6 requests of 2 samples: both ways preempt, the same groups at the same
+    steps, and every request's samples are those of its own contiguous decoding; swapping moves each block
+    it took out back in, and recomputation recomputes at least one prompt per preemption."""
+    from scheduler import RECOMPUTE, SWAP, serve
+    rng = np.random.default_rng(6)
+    prompts = [rng.integers(0, TINY.vocab, lab_demo.PROMPT6) for _ in range(lab_demo.REQUESTS6)]
+    want = [sampled_contiguously(p, i, lab_demo.SAMPLES6, lab_demo.NEW6) for i, p in enumerate(prompts)]
+    runs = {how: serve(pk, PARAMS, TINY, prompts, lab_demo.SAMPLES6, lab_demo.NEW6, lab_demo.SLOTS6 // B, B, how)
+            for how in (SWAP, RECOMPUTE)}
+    (swapped, s), (recomputed, r) = runs[SWAP], runs[RECOMPUTE]
+    assert swapped == recomputed == want
+    assert s["preemptions"] == r["preemptions"] > 0 and s["steps"] == r["steps"]
+    assert s["out"] == s["in"] > 0 and r["recomputed"] >= r["preemptions"] * lab_demo.PROMPT6
+    assert s["peak"] <= lab_demo.SLOTS6 // B and r["peak"] <= lab_demo.SLOTS6 // B
+
+
 # ================================================================== lab/demo.py, both languages
 @lru_cache(maxsize=None)
 def demo_output(*args):

@@ -735,6 +735,105 @@ MUTANTS += [
         ""),), "pc_errors"),
 ]
 
+
+# Part 6 (bonus): the reference's SwapSpace.
+_OUT, _IN = "SwapSpace.swap_out", "SwapSpace.swap_in"
+_DISTINCT = "        distinct = list(dict.fromkeys(b for s in seqs for b in s.blocks))\n"
+_CPU_OF = "        cpu = {b: self._cpu_free.pop(0) for b in distinct}\n"
+_OUT_CHECK = ("        if len(distinct) > self.n_free:\n            raise MemoryError(f\"the group holds {len(distinct)} "
+              "blocks, {self.n_free} CPU blocks are free\")\n")
+_COPY_OUT = "            self.k[:, c], self.v[:, c] = self.pool.k[:, b], self.pool.v[:, b]\n"
+_COPY_IN = "            self.pool.k[:, b], self.pool.v[:, b] = self.k[:, c], self.v[:, c]\n"
+_ORDER = "        order = list(dict.fromkeys(c for _, table in group for c in table))\n"
+MUTANTS += [
+    M("swap_out_as_it_goes", "swap",
+      "swap_out takes a CPU block per distinct block as it goes, raising MemoryError when none is left, instead "
+      "of counting first. Verified: a group of 2 distinct blocks with 1 CPU block free raises MemoryError with "
+      "n_free 0 (contract: nothing changed, n_free 1).",
+      ((_OUT, _OUT_CHECK, ""),
+       (_OUT, _CPU_OF, "        cpu = {}\n        for b in distinct:\n            if not self._cpu_free:\n"
+                       "                raise MemoryError(\"no CPU block left\")\n"
+                       "            cpu[b] = self._cpu_free.pop(0)\n")), "sw_atomic"),
+    M("swap_out_per_entry", "swap",
+      "swap_out copies every table ENTRY to a CPU block of its own: a block 3 forks share is copied 3 times, and "
+      "swap_in gives each fork a private copy. Verified: 3 forks of a 2-block sequence: n_out 6 (contract: 2), "
+      "and after swap_in every refcount is 1 (contract: 3 for each shared block).",
+      ((_OUT, _DISTINCT, "        distinct = [b for s in seqs for b in s.blocks]    # one CPU block per entry\n"),
+       (_OUT, _CPU_OF + "        for b, c in cpu.items():\n",
+        "        cpu = [(b, self._cpu_free.pop(0)) for b in distinct]\n        for b, c in cpu:\n"),
+       (_OUT, "        self._out[handle] = [(s.length, [cpu[b] for b in s.blocks]) for s in seqs]\n",
+        "        entries = iter(c for _, c in cpu)\n"
+        "        self._out[handle] = [(s.length, [next(entries) for _ in s.blocks]) for s in seqs]\n")), "sw_out"),
+    M("swap_in_reverse_order", "swap",
+      "swap_in takes its pool blocks for the group's CPU blocks in reverse order of first appearance. Verified: "
+      "a group of 3 distinct blocks swapped in on an empty pool gets its first block 2 (contract: 0, the first "
+      "alloc for the first block).",
+      ((_IN, _ORDER, _ORDER.replace("table))\n", "table))[::-1]\n")),), "sw_in"),
+    M("swap_n_out_counts_entries", "swap",
+      "n_out adds the table entries of the group, not the distinct blocks copied. Verified: 3 forks of a 2-block "
+      "sequence swapped out: n_out 6 (contract: 2).",
+      ((_OUT, "        self.n_out += len(cpu)\n", "        self.n_out += sum(len(s.blocks) for s in seqs)\n"),), "sw_out"),
+    M("swap_handle_reused", "swap",
+      "swap_in never forgets a handle: the same handle swaps the group in again, from CPU blocks already free. "
+      "Verified: swap_in(h) twice returns two groups (contract: ValueError the second time).",
+      ((_IN, "        del self._out[handle]\n", ""),), "sw_errors"),
+    M("swap_handle_used_by_memoryerror", "swap",
+      "swap_in takes the handle out of its book before the pool's free blocks are counted, so a MemoryError uses "
+      "it up. Verified: swap_in(h) with one block short raises MemoryError, and swap_in(h) once blocks are free "
+      "raises ValueError (contract: the handle is still good).",
+      ((_IN, "            group = self._out.get(handle)\n", "            group = self._out.pop(handle, None)\n"),
+       (_IN, "        del self._out[handle]\n", "")), "sw_atomic"),
+    M("swap_out_no_decref", "swap",
+      "swap_out copies the blocks and empties the group but never gives the references back: the pool's blocks "
+      "stay in use. Verified: after swap_out of a 3-block sequence the pool's n_free is unchanged and each block "
+      "has refcount 1 with no holder (contract: free).",
+      ((_OUT, "            for b in s.blocks:\n                self.pool.decref(b)\n", ""),), "sw_out"),
+    M("swap_in_unshared", "swap",
+      "swap_in allocates one block per distinct CPU block but never increfs for the further entries, so a block "
+      "the group shared comes back with refcount 1. Verified: 3 forks of a 2-block sequence swapped in: "
+      "refcounts 1 (contract: 3).",
+      ((_IN, "                if c in seen:\n                    self.pool.incref(new[c])\n", ""),), "sw_in"),
+    M("swap_cpu_never_freed", "swap",
+      "swap_in leaves the CPU blocks it copied back marked as used. Verified: after swap_out and swap_in of a "
+      "2-block sequence n_free is n_blocks - 2 (contract: n_blocks).",
+      ((_IN, "        self._cpu_free = sorted(self._cpu_free + order)\n", ""),), "sw_in"),
+    M("swap_block_major", "swap",
+      "The CPU storage is laid out block first, [n_blocks, L, B, H, Dh] (one CPU block one slab), not the "
+      "pool's layout. Verified: SwapSpace(pool, 8).k.shape is (8, 2, 4, 4, 16) for TINY with block size 4 "
+      "(contract: (2, 8, 4, 4, 16)); swapping works.",
+      (("SwapSpace.__init__", "        shape = (cfg.n_layers, n_blocks, pool.block_size, cfg.n_heads, cfg.d_head)\n",
+        "        shape = (n_blocks, cfg.n_layers, pool.block_size, cfg.n_heads, cfg.d_head)\n"),
+       (_OUT, _COPY_OUT, "            self.k[c], self.v[c] = self.pool.k[:, b], self.pool.v[:, b]\n"),
+       (_IN, _COPY_IN, "            self.pool.k[:, b], self.pool.v[:, b] = self.k[c], self.v[c]\n")), "sw_layout"),
+    M("swap_in_counts_entries", "swap",
+      "swap_in counts the group's table entries against pool.n_free, not its distinct blocks. Verified: 3 forks "
+      "of a 2-block sequence with exactly 2 blocks free: MemoryError (contract: it fits).",
+      ((_IN, "        if len(order) > self.pool.n_free:\n",
+        "        if sum(len(table) for _, table in group) > self.pool.n_free:\n"),), "sw_atomic"),
+    M("swap_out_repeats_accepted", "swap",
+      "swap_out does not check that the group's sequences are distinct: a sequence listed twice has its blocks "
+      "decref'd twice. Verified: swap_out([s, s]) succeeds (contract: ValueError, nothing changed).",
+      ((_OUT, "        if not seqs or len({id(s) for s in seqs}) < len(seqs):\n", "        if not seqs:\n"),), "sw_errors"),
+    M("swap_out_any_pool", "swap",
+      "swap_out does not check that the sequences are of its pool. Verified: a group with a sequence of another "
+      "pool is swapped out (contract: ValueError, nothing changed).",
+      ((_OUT, "        if any(s.pool is not self.pool for s in seqs):\n"
+              "            raise ValueError(\"every sequence must be of this swap space's pool\")\n", ""),), "sw_errors"),
+    M("swap_out_copies_later", "swap",
+      "swap_out only notes which pool block each CPU block stands for, and swap_in copies from the pool then: "
+      "by that time the pool has handed those blocks out again. Verified: a swapped-out block overwritten by "
+      "its next holder comes back with the new K/V (contract: the K/V it held).",
+      ((_OUT, _COPY_OUT, "            self._source = {**getattr(self, '_source', {}), c: b}\n"),
+       (_IN, _COPY_IN, "            src = self._source[c]\n"
+                       "            self.pool.k[:, b], self.pool.v[:, b] = self.pool.k[:, src], self.pool.v[:, src]\n")),
+      "sw_in"),
+    M("swap_in_lengths_of_tables", "swap",
+      "swap_in gives each sequence the length its table can hold (len(blocks) * B), not its old length. "
+      "Verified: a 6-token sequence with block size 4 comes back with length 8 (contract: 6).",
+      ((_IN, "            seq.blocks, seq.length = [new[c] for c in table], length\n",
+        "            seq.blocks, seq.length = [new[c] for c in table], len(table) * self.pool.block_size\n"),), "sw_in"),
+]
+
 BY_NAME = {m.name: m for m in MUTANTS}
 assert len(BY_NAME) == len(MUTANTS), "duplicate mutant names"
 assert all(p in PARTS for m in MUTANTS for p in m.parts)
