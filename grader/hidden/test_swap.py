@@ -104,9 +104,9 @@ def plan_swap_in(rng):
                   [*beams(rng, 2), ["swap_out", [1, 2, 3]], ["swap_out", [0]], ["scribble", seed(rng)],
                    ["swap_in", 1], ["swap_in", 0], ["read"]], 2),
         swap_case("a group listed out of order on a fragmented pool, block size 1",
-                  [["hold", 3], ["seq", 3, seed(rng)], ["branch", 0, 2, 2, seed(rng)], ["fork", 1], ["unhold"],
-                   ["hold", 2], ["swap_out", [2, 0, 1]], ["unhold"], ["hold", 1], ["scribble", seed(rng)],
-                   ["swap_in", 0], ["read"]], 1, n_blocks=14),
+                  [["hold", 3], ["seq", 3, seed(rng)], ["branch", 0, 2, 2, seed(rng)], ["fork", 1],
+                   ["seq", 1, seed(rng)], ["unhold"], ["hold", 2], ["swap_out", [2, 0, 1]], ["unhold"], ["hold", 4],
+                   ["scribble", seed(rng)], ["swap_in", 0], ["read"]], 1, n_blocks=14),
     ]
     B = pick(rng, (2, 5, 6, 8))
     parts = groups(rng, 6)
@@ -202,6 +202,9 @@ def _kv(e_rec, g_rec):
 def _note(op, error):
     if op in _TEST_POOL_CALLS and error is not None:
         return "\n    (the test's own pool.alloc / incref / decref raised here, nothing of the swap space's: Part 1's, fix it first)"
+    if op == "swap_in" and isinstance(error, dict) and error.get("kind") == "MemoryError":
+        return ("\n    (swap_in takes its blocks with pool.alloc: if your pool's alloc runs out while n_free says blocks "
+                "are free, that is Part 1's: fix Part 1 first)")
     return ""
 
 

@@ -247,7 +247,8 @@ BUGS = {b.name: b for b in (
 )}
 for _m in ("count_ignores_copies", "fork_eager_copy", "cow_on_full_block", "hit_tokens_counts_blocks",
            "evict_most_recent_first", "key_block_content", "evict_before_taking_hits", "peak_never_updated",
-           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse", "copy_block_no_v"):
+           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse", "copy_block_no_v", "swap_in_reverse_order",
+           "swap_in_unshared"):
     _mut = mutants.BY_NAME[_m]
     BUGS[_m] = Bug(_m, _mut.part, "mutants.py: " + _mut.bug.split(". ")[0], _mut.edits)
 for _b in unseen.BUGS:
@@ -292,6 +293,11 @@ PAIRS = [
          "a Part 1 bug that puts the grader's ledger in front of the pool does not copy K/V for the submission"),
     Pair("stale_table+refcount_block0", "stale_table_write", ("refcount_rejects_block0",),
          "nor does the ledger hide a Part 4 bug of the step (refcount(0) raising brings it on every Part 4 call)"),
+    Pair("swap_order+prefill_45", "swap_in_reverse_order", ("prefill_45",),
+         "a Part 6 bug costs the same beside a Part 2 logits bug (Part 6 never steps)"),
+    Pair("swap_unshared+incref_shared", "swap_in_unshared", ("incref_rejects_shared",),
+         "a Part 1 bug that puts the grader's ledger in front of the pool does not excuse the sharing swap_in "
+         "forgets (the ledger's refcounts show it as the pool's would)"),
 ]
 
 TRICKS = [

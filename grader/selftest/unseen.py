@@ -171,6 +171,17 @@ BUGS = [
     B("insert_first_block_only", "prefix_cache", "insert caches only the first new block of a call",
       (("PrefixCache.insert", "        new = [(key, b) for key, b in zip(keys, ids) if key not in self._block and b not in self._lru]\n",
         "        new = [(key, b) for key, b in zip(keys, ids) if key not in self._block and b not in self._lru][:1]\n"),)),
+    # ------------------------------------------------------------------ Part 6
+    B("swap_in_reversed", "swap", "swap_in returns the group's sequences last first",
+      (("SwapSpace.swap_in", "        return seqs\n", "        return seqs[::-1]\n"),)),
+    B("swap_out_keeps_tables", "swap", "swap_out gives the blocks back and sets length 0 but leaves the tables",
+      (("SwapSpace.swap_out", "            s.blocks, s.length = [], 0\n", "            s.length = 0\n"),)),
+    B("swap_in_k_only", "swap", "swap_in copies K back but not V",
+      (("SwapSpace.swap_in", "            self.pool.k[:, b], self.pool.v[:, b] = self.k[:, c], self.v[:, c]\n",
+        "            self.pool.k[:, b] = self.k[:, c]\n"),)),
+    B("swap_out_counts_entries", "swap", "swap_out counts the group's table entries against n_free, not its distinct blocks",
+      (("SwapSpace.swap_out", "        if len(distinct) > self.n_free:\n",
+        "        if sum(len(s.blocks) for s in seqs) > self.n_free:\n"),)),
 ]
 BY_NAME = {b.name: b for b in BUGS}
 assert len(BY_NAME) == len(BUGS)
