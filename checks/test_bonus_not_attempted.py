@@ -183,12 +183,12 @@ def grade(path, tmp_path):
     return results, per_part
 
 
-def planted(tmp_path, kind, part, find, replace):
-    text = source(kind, part)
-    assert text.count(find) == 1, find
+def planted(tmp_path, kind, part, edit):
+    """source(kind, part) with one edit (where, find, replace) in the function or class it names."""
+    from grader.selftest.mutants import edited
     d = tmp_path / f"{kind}-planted"
     d.mkdir()
-    (d / labtool.FILE).write_text(text.replace(find, replace))
+    (d / labtool.FILE).write_text(edited(source(kind, part), [edit], "planted"))
     return d / labtool.FILE
 
 
@@ -214,7 +214,7 @@ def test_the_grader_gives_the_rest_and_one_message_to_a_bonus_parts_stubs(tmp_pa
 def test_the_label_hides_no_failure_of_parts_1_to_4(tmp_path):
     """Part 5 stubbed and a Part 2 bug (a token id equal to vocab accepted): Part 2 loses its points with
     its own "First to fix"; the label is Part 5's alone."""
-    path = planted(tmp_path, "stubbed", BONUS[0], "arr.max() >= cfg.vocab", "arr.max() > cfg.vocab")
+    path = planted(tmp_path, "stubbed", BONUS[0], ("_check_chunk", "arr.max() >= cfg.vocab", "arr.max() > cfg.vocab"))
     results, per_part = grade(path, tmp_path)
     assert per_part["paged_step"] < 30 and per_part["allocator"] == 25 and per_part["copy_on_write"] == 30, per_part
     lines = results["output"].splitlines()
@@ -251,8 +251,8 @@ def test_the_bare_starter_says_not_attempted_for_every_bonus_part(tmp_path):
 def test_a_pool_that_cannot_be_built_is_named_by_the_grader(tmp_path):
     """Issue 15 item 8: BlockPool(...) raises. The bonus parts' checks (and Parts 2 and 4's) name it and the
     part to fix first, not "the answer has the wrong form" or an exception the contract does not allow."""
-    path = planted(tmp_path, "partial", BONUS[0], '        n_blocks = _as_int(n_blocks, "n_blocks")\n',
-                   '        n_blocks = _as_int(n_blocks, "n_blocks")\n        raise RuntimeError("no pool")\n')
+    path = planted(tmp_path, "partial", BONUS[0], ("BlockPool.__init__", '        n_blocks = _as_int(n_blocks, "n_blocks")\n',
+                   '        n_blocks = _as_int(n_blocks, "n_blocks")\n        raise RuntimeError("no pool")\n'))
     results, per_part = grade(path, tmp_path)
     for part in ("paged_step", "copy_on_write", *BONUS):
         outs = [t["output"] for t in results["tests"] if t["tags"] == [part]]

@@ -43,12 +43,12 @@ def parts(results):
     return {p: sum(t["score"] for t in results["tests"] if p in t["tags"]) for p in rubric.PARTS}
 
 
-def planted(tmp_path, find, replace, name="paged_kv.py"):
-    text = REFERENCE.read_text()
-    assert text.count(find) == 1, find
+def planted(tmp_path, where, find, replace, name="paged_kv.py"):
+    """The reference with one edit in the function or class `where` (mutants.edited)."""
+    from grader.selftest import mutants
     path = tmp_path / "sub" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace(find, replace))
+    path.write_text(mutants.edited(REFERENCE.read_text(), [(where, find, replace)], "planted"))
     return path
 
 
@@ -140,13 +140,13 @@ def test_the_bonus_switched_off_grades_exactly_parts_1_to_4(tmp_path):
     assert "extra credit" not in proc.stdout and re.search(r"\nTOTAL +100\.00 / 100\n", proc.stdout + "\n")
 
 
-@pytest.mark.parametrize("part, find, replace", [
-    ("blockwise_attention", "weights = [np.exp(s - top) for s in scores]",          # a max per block
+@pytest.mark.parametrize("part, where, find, replace", [
+    ("blockwise_attention", "blockwise_attention", "weights = [np.exp(s - top) for s in scores]",   # a max per block
      "weights = [np.exp(s - s.max(axis=-1)[:, None]) for s in scores]"),
-    ("allocator", "        heapq.heappush(self._free, b)", "        self._free.append(b)"),
+    ("allocator", "BlockPool.decref", "        heapq.heappush(self._free, b)", "        self._free.append(b)"),
 ])
-def test_a_bug_costs_points_in_its_part(tmp_path, part, find, replace):
-    _, results = grade(planted(tmp_path, find, replace), tmp_path)
+def test_a_bug_costs_points_in_its_part(tmp_path, part, where, find, replace):
+    _, results = grade(planted(tmp_path, where, find, replace), tmp_path)
     got = parts(results)
     assert got[part] < rubric.part_points(part), got
 
