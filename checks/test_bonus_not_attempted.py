@@ -49,14 +49,20 @@ def piece(text, name):
     return text[slice(*scopes(text)[name])]
 
 
+def entry_points(part):
+    """The part's functions and methods, in the registry's order (a bonus part has two or more, so that
+    one can be written while another is still the starter's stub)."""
+    return [n.dotted for n in registry.BY_ID[part].names if n.kind in ("method", "function")]
+
+
 def last_method(part):
-    return [n.dotted for n in registry.BY_ID[part].names if n.kind == "method"][-1]
+    return entry_points(part)[-1]
 
 
 def source(kind, part):
     n, ref, stub = registry.number(part), REFERENCE[slice(*section(REFERENCE, part))], STARTER[slice(*section(STARTER, part))]
     method = last_method(part)
-    init = next((x.dotted + ".__init__" for x in registry.BY_ID[part].names if x.kind == "class"), None)
+    init = next((x.dotted + ".__init__" for x in registry.BY_ID[part].names if x.kind == "class"), entry_points(part)[0])
     return {
         "stubbed": swapped(REFERENCE, part, stub),
         "absent": swapped(REFERENCE, part, ""),

@@ -76,10 +76,9 @@ def bonus_on():
 
 
 def without_bonus_markdown(text):
-    """An edition of the assignment without the bonus: every region between a line `<!-- bonus -->`
-    and a line `<!-- /bonus -->` goes, with the line break before it (regions start right after a
-    line)."""
-    return re.sub(r"\n<!-- bonus -->\n.*?<!-- /bonus -->\n", "\n", text, flags=re.S)
+    """An edition of the assignment without the bonus: every region from a line `<!-- bonus -->` to
+    the next line `<!-- /bonus -->` goes, the two lines included (regions may follow each other)."""
+    return re.sub(r"^<!-- bonus -->\n.*?^<!-- /bonus -->\n", "", text, flags=re.S | re.M)
 
 
 def without_bonus_python(text):

@@ -7,11 +7,12 @@ solution/paged_kv.py.
 (its qualified name, "BlockPool.alloc"; "<head>" is the module's text before its first def or class),
 and `find` must occur EXACTLY ONCE in it, in the reference and after the earlier edits (`edited` asserts
 it). So new code elsewhere in the reference (a line Part 6 repeats) never breaks a mutant, and a refactor
-of the function itself breaks it loudly instead of silently turning it into a copy of the reference. `part` is the rubric part whose points the bug must
-cost. `bug` says what is wrong and how verify_corpus.py showed it differs from the contract (the
-observed difference, measured in-process against the reference); `witness` names the check in
-verify_corpus.py that demonstrates it (that check must fail on the mutant, and it is a check of
-`part`).
+of the function itself breaks it loudly instead of silently turning it into a copy of the reference.
+`part` is the rubric part whose points the bug must cost. `bug` says what is wrong and how
+verify_corpus.py showed it differs from the contract (the observed difference, measured in-process
+against the reference); `witness` names the check in verify_corpus.py that demonstrates it (that check
+must fail on the mutant, and it is a check of `part`), or a hidden check of `part` (its registry id,
+judged in process: inprocess.py), so that a new part needs no checks of its own in verify_corpus.py.
 
 One bug, one charge: a mutant may cost points in `part` only, in the hidden grader and in the
 public tests alike (selftest/cascade.py measures it, run.py enforces it). `also` names the other

@@ -6,7 +6,8 @@ This runs on the trusted side and imports OUR OWN corpus (mutants of the referen
 wrote): never a student's file. It checks, independently of the grader:
 
   * the reference passes every check below (the checks encode the contract);
-  * every mutant fails its `witness` check, which belongs to the mutant's own part, and the mutant's
+  * every mutant fails its `witness` check (one of this file's, or a hidden check: a registry id, judged in
+    process at seed 0), which belongs to the mutant's own part, and the mutant's
     source really differs from the reference (each edit's `find` occurs exactly once); one that names
     its checks (an allocator whose only bug is the order) fails no other check of its part;
   * every correct variant passes every check (tables, refcounts, logits to 1e-10, blockwise to 1e-12,
@@ -1426,13 +1427,15 @@ def verify_mutants(ref, verbose=False):
             problems.append(f"mutant {m.name}: cannot build/import: {type(e).__name__}: {e}")
             continue
         res = run_checks(pk, ref)
+        if m.witness in registry.CHECKS:            # a hidden check as the witness: judged here, at seed 0
+            res[m.witness] = hidden_verdict(pk, ref, m.witness)
         failed = {n: msg for n, msg in res.items() if msg is not None}
-        own = [n for n in failed if CHECKS[n][0] == m.part]
+        own = [n for n in failed if part_of(n) == m.part]
         if not failed:
             problems.append(f"mutant {m.name}: passes every check (equivalent to the reference?)")
         elif not own:
             problems.append(f"mutant {m.name}: fails only checks of other parts ({sorted(failed)})")
-        if m.witness not in CHECKS or CHECKS[m.witness][0] != m.part:
+        if part_of(m.witness) != m.part:
             problems.append(f"mutant {m.name}: witness {m.witness!r} is not a check of part {m.part}")
         elif m.witness not in failed:
             problems.append(f"mutant {m.name}: its witness {m.witness} passes")
@@ -1444,6 +1447,21 @@ def verify_mutants(ref, verbose=False):
             print(f"  {m.part:20s} {m.name:28s} fails {len(failed):2d} checks ({len(own)} own); "
                   f"{m.witness}: {failed.get(m.witness, 'PASSED')[:150]}")
     return problems, rows
+
+
+def part_of(check):
+    """The part of a check of this file, or of a hidden check (a registry id), else None."""
+    if check in CHECKS:
+        return CHECKS[check][0]
+    return registry.CHECKS[check].part if check in registry.CHECKS else None
+
+
+def hidden_verdict(pk, ref, check_id):
+    """A hidden check judged in process at seed 0 (inprocess.py): None when every case passes, else the
+    first message. The witness of a mutant whose part has no check of its own here: a new part needs no
+    third suite (its hidden checks show the mutant differs from the reference where the contract says)."""
+    from grader.selftest import inprocess
+    return next((msg for msg in inprocess.judge_check(pk, ref, check_id, 0) if msg is not None), None)
 
 
 def variant_paths():
