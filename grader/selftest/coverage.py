@@ -19,7 +19,7 @@ paths.trusted_imports()
 import registry  # noqa: E402    tests/registry.py
 import scenarios  # noqa: E402
 
-from grader.hidden.conftest import _bound_checks, rng_for  # noqa: E402
+from grader.selftest import inprocess  # noqa: E402
 
 
 def _records(answer):
@@ -385,9 +385,9 @@ def reached(seed, reference=None):
         import paged_kv as reference      # (the trusted imports put the reference on sys.path)
     out = {part: {state: [] for state in states} for part, states in STATES.items()}
     by_part = {}
-    for check_id, (plan, _) in _bound_checks().items():
+    for check_id in inprocess.bound_checks():
         part = registry.CHECKS[check_id].part
-        cases = [c for c in plan(rng_for(seed, check_id)) if c.scenario != "replays"]
+        cases = [c for c in inprocess.cases(check_id, seed) if c.scenario != "replays"]
         answers = scenarios.batch(reference, [[c.scenario, c.inputs] for c in cases])
         by_part.setdefault(part, []).extend(zip(cases, answers))
         for state, test in STATES.get(part, {}).items():
