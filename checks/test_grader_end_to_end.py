@@ -1,6 +1,6 @@
 """The grader as course staff use it: `python -m grader` on real files, a batch killed halfway, and
 the Gradescope archive run in a simulated /autograder tree (a whole class: test_class_batch.py). Expected scores come from the rubric (100 for the
-reference, 110 with the bonus, 0 for the stubs) and from which part a planted bug lives in."""
+reference, plus the bonus parts' points with the bonus, 0 for the stubs) and from which part a planted bug lives in."""
 import csv
 import json
 import os
@@ -57,7 +57,7 @@ def reference_results(tmp_path_factory):
     return grade(REFERENCE, tmp_path_factory.mktemp("ref"))
 
 
-FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # 110 with the bonus on (rubric.BONUS), else 100
+FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # 100 plus the bonus parts' points with the bonus on (rubric.BONUS)
 
 
 def test_reference_scores_full_marks(reference_results):
