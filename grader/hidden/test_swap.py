@@ -159,7 +159,11 @@ _RECORD = {"op", "result", "error", "tables", "lengths", "held", "refcounts", "n
 _WHAT = {
     "tables": "every sequence's table up to renaming (a block named by its first appearance)",
     "lengths": "the lengths", "n_free": "the space's n_free", "n_out": "n_out", "n_in": "n_in",
-    "returned": "what swap_in returned",
+    "returned.tables": "the tables swap_in returned, up to renaming (a block named by its first appearance)",
+    "returned.lengths": "the lengths of the sequences swap_in returned",
+    "returned.same_pool": "whether each sequence swap_in returned is of the pool",
+    "returned.taken": "the blocks swap_in's pool.alloc() calls handed out, in order, each named by its first "
+                      "appearance in the tables returned (in order of first appearance: 0, 1, 2, ...)",
     "unchanged": "a call that raised must change nothing (tables, lengths, refcounts, the space's counters)",
 }
 _TEST_POOL_CALLS = ("seq", "fork", "branch", "free", "hold", "hold_until", "unhold", "scribble")
@@ -238,9 +242,12 @@ def swap_judge(check):
             for f in fields:
                 if f in ("references", "kv") or f not in e:
                     continue
-                found = first_mismatch(e[f], g.get(f), path=f)
-                if found:
-                    return f"{where}\n    {_WHAT[f]}: {found[0]}: {found[1]}"
+                pairs = [(f"returned.{k}", e[f][k], (g.get(f) or {}).get(k)) for k in e[f]] if f == "returned" \
+                    else [(f, e[f], g.get(f))]
+                for name, want, got_f in pairs:
+                    found = first_mismatch(want, got_f, path=name.split(".")[-1])
+                    if found:
+                        return f"{where}\n    {_WHAT[name]}: {found[1]}"
             if "kv" in fields and e["error"] is None:
                 why = _kv(expected["records"][n], got["records"][n])
                 if why:
