@@ -263,6 +263,8 @@ PAIRS.append(Pair("rollback+prefill_45", "rollback_keeps_blocks", ("prefill_45",
                   "a Part 7 bug costs the same beside a Part 2 logits bug"))
 
 TRICKS = ['''),
+    ("grader/selftest/owners.py", "\n}\nREFERENCE_BLOCKS = {",
+     '\n    "rollback": ("rollback",), "rollback_to": ("rollback",),\n}\nREFERENCE_BLOCKS = {'),
     ("grader/selftest/coverage.py", "\nPART_WIDE = {", '''
 STATES["rollback"] = {"a sequence rolled back to nothing": lambda c, a: c.scenario == "rollback_script" and (
     c.inputs.get("n") == len(c.inputs["prompt"]) or c.inputs.get("to") == 0)}
@@ -274,7 +276,6 @@ PART7_NEW = {
 # ---------------------------------------------------------------- Part 7 (bonus): rolling back
 def rollback(seq, n):
     """Drop the last n tokens of seq, giving back the blocks it no longer needs; how many it gave back."""
-    n = _as_int(n, "n")
     if not 0 <= n <= seq.length:
         raise ValueError(f"cannot roll back {n} of {seq.length} tokens")
     seq.length -= n
@@ -397,7 +398,7 @@ def test_a_throwaway_bonus_part_7_that_uses_the_pool_the_sequences_and_the_step(
             "checks/test_coverage.py::test_every_part_lists_its_states", "checks/test_selftest.py::"
             "test_mutant_edits_are_exact_and_parts_known", "checks/test_selftest.py::test_strategic_corpus_is_sound",
             "checks/test_selftest.py::test_unseen_bugs_are_new_and_apply",
-            "checks/test_selftest.py::test_new_code_elsewhere_breaks_no_edit")
+            "checks/test_selftest.py::test_new_code_elsewhere_breaks_no_edit", "checks/test_generate.py")
     assert r.returncode == 0, r.stdout[-3000:]
     r = run(copy, sys.executable, "-c", "from grader.selftest import coverage, verify_corpus as v, mutants; "
             "ref = v.load_reference(); pk = v.load(mutants.apply(mutants.BY_NAME['rollback_keeps_blocks']), 'm'); "

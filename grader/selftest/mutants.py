@@ -4,7 +4,8 @@ solution/paged_kv.py.
     Mutant(name, part, bug, edits, witness, also)
 
 `edits` is a list of (where, find, replace): `where` names the function or class the edit is made in
-(its qualified name, "BlockPool.alloc"; "<head>" is the module's text before its first def or class),
+(its qualified name, "BlockPool.alloc"; "<head>" is the module's text before its first def or class,
+"<module>" the whole text),
 and `find` must occur EXACTLY ONCE in it, in the reference and after the earlier edits (`edited` asserts
 it). So new code elsewhere in the reference (a line Part 6 repeats) never breaks a mutant, and a refactor
 of the function itself breaks it loudly instead of silently turning it into a copy of the reference.
@@ -69,6 +70,7 @@ def writes_part(text, part):
 
 
 HEAD = "<head>"      # an anchor: the module's text before its first function or class (its imports)
+MODULE = "<module>"  # an anchor: the whole text (a generated mutation's edit outside every function and class)
 
 
 @functools.lru_cache(maxsize=16)
@@ -92,7 +94,17 @@ def scopes(text):
                 walk(child, prefix)
     walk(ast.parse(text), "")
     found[HEAD] = (0, min((start for start, _ in found.values()), default=len(text)))
+    found[MODULE] = (0, len(text))
     return found
+
+
+def anchor_of(text, find):
+    """The innermost function or class of `text` holding `find` (once in it), else HEAD, else MODULE:
+    the anchor an edit made by a program gets (generate.py)."""
+    start = text.index(find)
+    inner = [(s, name) for name, (s, e) in scopes(text).items()
+             if name != MODULE and s <= start and start + len(find) <= e]
+    return max(inner)[1] if inner else MODULE
 
 
 def edited(text, edits, label="edits"):
