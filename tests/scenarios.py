@@ -143,7 +143,7 @@ def _storage_float64(pool, cfg, n_blocks, block_size):
 def fresh_sequence(pk, pool):
     """PagedSequence(pool) as a part other than Part 2 uses one: built by the implementation, then set
     empty through the contract's attributes (blocks, length), so a constructor's bug, Part 2's, does
-    not reach Parts 4 and 5 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
+    not reach Parts 4, 5 and 6 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
     seq = build("PagedSequence", pk.PagedSequence, pool)
     seq.blocks, seq.length = [], 0
     return seq
@@ -1555,7 +1555,7 @@ class SwapRun:
         return self.records[-1]
 
     def _adopt(self, blocks, length):
-        seq = build("PagedSequence", self.pk.PagedSequence, self.pool)
+        seq = fresh_sequence(self.pk, self.pool)
         seq.blocks, seq.length = list(blocks), length
         self.seqs.append(seq)
         return len(self.seqs) - 1
@@ -1596,7 +1596,7 @@ class SwapRun:
     def _other_seq(self):
         """A sequence of another pool, holding one block of it."""
         other = new_pool(self.pk, self.cfg, 2, self.B)
-        seq = build("PagedSequence", self.pk.PagedSequence, other)
+        seq = fresh_sequence(self.pk, other)
         seq.blocks, seq.length = [other.alloc()], 1
         return seq
 
@@ -1604,8 +1604,7 @@ class SwapRun:
         if h == "made_up":
             handle = object()
         elif h == "other":      # a true handle, of another space of the same pool (it swaps out an empty sequence)
-            handle = build("SwapSpace", self.pk.SwapSpace, self.pool, 1).swap_out(
-                [build("PagedSequence", self.pk.PagedSequence, self.pool)])
+            handle = build("SwapSpace", self.pk.SwapSpace, self.pool, 1).swap_out([fresh_sequence(self.pk, self.pool)])
         else:
             handle = self.handles[h]
         if self.taken is not None:
