@@ -13,7 +13,7 @@ PART_IDS = $(shell $(PYTHON) -c "import sys; sys.path.insert(0, 'tests'); import
 help:
 	@echo "make check                 all of the project's own tests (what CI runs)"
 	@echo "make test [IMPL=dir] [PART=$(PART_IDS)]"
-	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and demo 5 (bonus); LANG=zh... in Chinese"
+	@echo "make demo [IMPL=dir] [LANG=zh]  the lecture's four demos and the bonus parts' demos; LANG=zh... in Chinese"
 	@echo "make submit [IMPL=dir]     build/submission.zip from starter/paged_kv.py (another folder F: build/submission-F.zip)"
 	@echo "make handout               build/handout.zip for students"
 	@echo "make grade [SUBMISSION=f]  grade one submission: a file, a folder or a zip (default: the reference)"

@@ -1,10 +1,12 @@
 """Changing the assignment, done for real on a copy of the project (README.md, "Changing the assignment").
 
 Three changes a course makes, each on its own copy (its files' hashes taken first, so what it
-touched is counted; git is not needed): one point moved between two Part 2 checks, a new Part 3 check, and a throwaway bonus
-Part 6. Each is made as the README says (edit the files it lists, run `python tools/tables.py`), and
-then must load: the tables are current, the grader grades the reference with the new check or part
-in its score, and a stub of the new part is "bonus not attempted". The files touched are asserted
+touched is counted; git is not needed): one point moved between two Part 2 checks, a new Part 3
+check, and a throwaway bonus Part 7 that uses the pool, the sequences and the step. Each is made as
+the README says (edit the files it lists, run `python tools/tables.py`), and then must load: the
+tables are current, the grader grades the reference with the new check or part in its score, a stub
+of the new part is "bonus not attempted", and the checks that hold every part to the same rules pass
+on the copy. The files touched are asserted
 against the README's counts, so a change that starts needing one more file fails here.
 """
 import fnmatch
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,12 +124,12 @@ def grade(root, submission):
 
 
 def test_moving_a_point_is_one_line_per_check(copy):
-    edit(copy, "tests/registry.py", '("paged_step", "prefill", 4,', '("paged_step", "prefill", 3,')
+    edit(copy, "tests/registry.py", '("paged_step", "prefill", 3,', '("paged_step", "prefill", 2,')
     edit(copy, "tests/registry.py", '("paged_step", "chunked_prefill", 3,', '("paged_step", "chunked_prefill", 4,')
     assert touched(copy) == ["assignment.md", "assignment.zh-CN.md", "tests/registry.py"]
-    assert "| `paged_step` | prefill logits equal the contiguous forward | 3 |" in (copy / "assignment.md").read_text()
+    assert "| `paged_step` | prefill logits equal the contiguous forward | 2 |" in (copy / "assignment.md").read_text()
     r = run(copy, sys.executable, "-c", "from grader import rubric; print(rubric.CHECKS['paged_step.prefill'].points)")
-    assert r.stdout.strip() == "3", r.stderr
+    assert r.stdout.strip() == "2", r.stderr
 
 
 NEW_CHECK = '''
@@ -153,117 +156,254 @@ def test_a_new_part_3_check(copy):
          '    "blockwise_attention.stable_softmax": lambda rng: plan_tables_layers(rng)[-1:],\n')
     append(copy, "tests/test_blockwise_attention.py", NEW_CHECK)
     files = touched(copy)
-    assert files == ["assignment.md", "assignment.zh-CN.md", "grader/hidden/test_blockwise_attention.py",
-                     "tests/registry.py", "tests/test_blockwise_attention.py"], files
+    assert files == ["README.md", "assignment.md", "assignment.zh-CN.md", "grader/hidden/test_blockwise_attention.py",
+                     "tests/registry.py", "tests/test_blockwise_attention.py"], files     # README's bound: generated
     assert "| `blockwise_attention` | 很大的分数：数值稳定的 softmax | 2 |" in (copy / "assignment.zh-CN.md").read_text()
     results = grade(copy, "solution/paged_kv.py")
     new = [t for t in results["tests"] if "numerically stable softmax" in t["name"]]
-    assert results["score"] == 110 and [(t["score"], t["max_score"]) for t in new] == [(2, 2)], results["output"]
+    full = 100 + sum(p.points for p in _bonus(copy))
+    assert results["score"] == full and [(t["score"], t["max_score"]) for t in new] == [(2, 2)], results["output"]
     r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "blockwise_attention")
     assert r.returncode == 0 and "Part 3: blockwise attention (blockwise_attention): 23 of 23 passed" in r.stdout, \
         r.stdout[-2000:]
 
 
-PART6 = {
-    "registry": ('           ("method", "PrefixCache.evict", ("n",)), ("property", "PrefixCache.n_cached", ())], bonus=True),\n',
-                 '           ("method", "PrefixCache.evict", ("n",)), ("property", "PrefixCache.n_cached", ())], bonus=True),\n'
-                 '    _part("frob", 6, "doubling", "加倍", "every number doubled", "每个数都加倍",\n'
-                 '          [("function", "frob", ("xs",))], bonus=True),\n'),
-    "check": ('     "错误地调用 cached_prefill、insert 和 evict：ValueError，什么都不变"),\n',
-              '     "错误地调用 cached_prefill、insert 和 evict：ValueError，什么都不变"),\n'
-              '    ("frob", "doubles", 1, "frob doubles every number", "frob 把每个数都加倍"),\n'),
-    "starter": '\n\n# ============================================ Part 6 (bonus): doubling\ndef frob(xs):\n'
-               '    raise NotImplementedError("TODO Part 6 (bonus): frob")\n',
-    "solution": "\n\ndef frob(xs):\n    return [2 * x for x in xs]\n",
-    "scenario": ("SCENARIOS = {", "def frob(pk, xs):\n    return [int(v) for v in pk.frob(list(xs))]\n\n\nSCENARIOS = {"),
-    "scenarios": ("beams, prefix_script, batch)}", "beams, prefix_script, batch, frob)}"),
-    "hidden": '''from grader.hidden.inputs import Case
+# A throwaway bonus Part 7 that uses the pool, the sequences and the step, with two entry points (one can
+# be written while the other is a stub), made as README.md's "Changing the assignment" says: each edit is
+# a (file, find, replace) on a copy of the project, found by what surrounds the place a next part goes,
+# not by today's last part, so the rehearsal holds whatever parts come before it.
+PART7 = [
+    ("tests/registry.py", "\n)\n\n# Every check: (part, check, points",
+     '\n    _part("rollback", 7, "rolling back", "回退", "a sequence\'s last tokens dropped, its blocks given back",\n'
+     '          "丢掉序列最后的 token，归还它的块",\n'
+     '          [("function", "rollback", ("seq", "n")), ("function", "rollback_to", ("seq", "length"))], bonus=True),\n'
+     ')\n\n# Every check: (part, check, points'),
+    ("tests/registry.py", "\n]\n\nCHECKS = {",
+     '\n    ("rollback", "drops", 1, "rollback: the blocks given back, the length, then a step on what is left",\n'
+     '     "rollback：归还的块、长度，然后在剩下的部分上走一步"),\n'
+     '    ("rollback", "to", 1, "rollback_to: the same, to a length", "rollback_to：同样，回退到一个长度"),\n]\n\nCHECKS = {'),
+    ("starter/paged_kv.py", "\n\nassignment.md is the specification",
+     "\nPart 7  rollback,            (bonus, extra credit) a sequence's last tokens dropped, its blocks\n"
+     "        rollback_to          given back\n\nassignment.md is the specification"),
+    ("tests/scenarios.py", "def batch(pk, calls=()):", '''def rollback_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, prompt=(), to=None, n=0, more=(),
+                    ledger=None):
+    """Part 7's script: the prompt stepped, then rollback(seq, n) (or rollback_to(seq, to)), then a step."""
+    stub = bonus_stub(pk, "rollback")
+    if stub is not None:
+        raise stub
+    cfg = config(cfg)
+    prm, pool = params(cfg, param_seed), working_pool(pk, cfg, n_blocks, block_size, ledger)
+    seq = build("PagedSequence", pk.PagedSequence, pool)
+    pk.paged_step(prm, cfg, [seq], [list(prompt)])
+    dropped, error = attempt(pk.rollback_to, seq, to) if to is not None else attempt(pk.rollback, seq, n)
+    state = {"dropped": as_int(dropped) if error is None else None, "error": error, "length": as_int(seq.length),
+             "blocks": len(seq.blocks), "refcounts": refcounts(pool)}
+    logits, step_error = attempt(lambda: as_array(pk.paged_step(prm, cfg, [seq], [list(more)])[0]))
+    return {**state, "logits": logits, "step_error": step_error}
 
 
-def plan_doubles(rng):
-    return [Case("three numbers", "frob", {"xs": [int(x) for x in rng.integers(0, 9, 3)]})]
+def batch(pk, calls=()):'''),
+    ("tests/scenarios.py", "batch)}", "rollback_script, batch)}"),
+    ("assignment.md", "<!-- /bonus -->\n\n---\n\n## How to work",
+     "<!-- /bonus -->\n<!-- bonus -->\n\n## Part 7 (bonus): rolling back\n\n`rollback(seq, n)` drops the last `n` "
+     "tokens of `seq` and gives back the blocks it no longer needs; `rollback_to(seq, length)` rolls back to "
+     "`length` tokens.\n<!-- /bonus -->\n\n---\n\n## How to work"),
+    ("assignment.zh-CN.md", "<!-- /bonus -->\n\n---\n\n<!-- en: ## How to work -->",
+     "<!-- /bonus -->\n<!-- bonus -->\n\n<!-- en: ## Part 7 (bonus): rolling back -->\n## Part 7（加分题）：回退\n\n"
+     "`rollback(seq, n)` 丢掉 `seq` 最后 `n` 个 token，归还不再需要的块；`rollback_to(seq, length)` 回退到 `length` "
+     "个 token。\n<!-- /bonus -->\n\n---\n\n<!-- en: ## How to work -->"),
+    ("lab/demo.py", "\n\nclass _Lab:", '''DEMOS.append(demo7_rollback)  # bonus
 
 
-def frob_judge(case, expected, got, deps=None):
-    return None if got == expected else "  frob: a number is not doubled"
+class _Lab:'''),
+    ("lab/demo.py", "DEMOS = [demo1_block_table", '''def demo7_rollback(pk, lab):
+    if not bonus_ready(pk, lab, "rollback", demo7_rollback):
+        return
+    lab.print_header(lab.t("demo7.title"))
+    pool = pk.BlockPool(lab.TINY, n_blocks=8, block_size=4)
+    seq = pk.PagedSequence(pool)
+    pk.paged_step(lab.PARAMS, lab.TINY, [seq], [np.arange(10)])
+    print(lab.t("demo7.dropped", n=pk.rollback(seq, 3) + pk.rollback_to(seq, 2), free=pool.n_free))
+    lab.print_observations(lab.t("demo7.observations"), lab.t("observations"))
 
 
-PLANS = {"frob.doubles": plan_doubles}
-JUDGES = {"frob.doubles": frob_judge}
+DEMOS = [demo1_block_table'''),
+    ("lab/demo_text.py", "\n}\n\nZH = {", '''
+    "demo7.parts": "Parts 1-2, and the bonus Part 7 (rollback)",
+    "demo7.title": "Demo 7: rolling back",
+    "demo7.dropped": "{n} blocks given back, {free} free",
+    "demo7.observations": ["A rolled back sequence gives back the blocks it no longer needs."],
+}
+
+ZH = {'''),
+    ("lab/demo_text.py", "\n}\n\nTEXTS = ", '''
+    "demo7.parts": "Part 1–2，以及加分题 Part 7（rollback）",
+    "demo7.title": "演示 7：回退",
+    "demo7.dropped": "归还了 {n} 个块，{free} 个空闲",
+    "demo7.observations": ["回退的序列归还它不再需要的块。"],
+}
+
+TEXTS = '''),
+    ("grader/selftest/mutants.py", "\nBY_NAME = {m.name: m for m in MUTANTS}", '''
+MUTANTS += [M("rollback_keeps_blocks", "rollback", "rollback never gives a block back. Verified: 10 tokens rolled "
+              "back by 3 with block size 4 keep 3 blocks (contract: 2).",
+              (("rollback", "    for b in seq.blocks[keep:]:\\n        seq.pool.decref(b)\\n", ""),), "rollback.drops")]
+
+BY_NAME = {m.name: m for m in MUTANTS}'''),
+    ("grader/selftest/unseen.py", "\n_OPERATORS = (", '''
+BUGS += [B("rollback_to_one_short", "rollback", "rollback_to keeps one token more than asked",
+           (("rollback_to", "    return rollback(seq, seq.length - length)\\n",
+             "    return rollback(seq, seq.length - length - 1)\\n"),))]
+
+_OPERATORS = ('''),
+    ("grader/selftest/strategic.py", "\nTRICKS = [", '''
+BUGS["rollback_keeps_blocks"] = Bug("rollback_keeps_blocks", "rollback", "mutants.py: rollback never gives a block back",
+                                    mutants.BY_NAME["rollback_keeps_blocks"].edits)
+PAIRS.append(Pair("rollback+prefill_45", "rollback_keeps_blocks", ("prefill_45",),
+                  "a Part 7 bug costs the same beside a Part 2 logits bug"))
+
+TRICKS = ['''),
+    ("grader/selftest/owners.py", "\n}\nREFERENCE_BLOCKS = {",
+     '\n    "rollback": ("rollback",), "rollback_to": ("rollback",),\n}\nREFERENCE_BLOCKS = {'),
+    ("grader/selftest/coverage.py", "\nPART_WIDE = {", '''
+STATES["rollback"] = {"a sequence rolled back to nothing": lambda c, a: c.scenario == "rollback_script" and (
+    c.inputs.get("n") == len(c.inputs["prompt"]) or c.inputs.get("to") == 0)}
+PART_WIDE = {'''),
+]
+PART7_NEW = {
+    "solution/paged_kv.py": '''
+
+# ---------------------------------------------------------------- Part 7 (bonus): rolling back
+def rollback(seq, n):
+    """Drop the last n tokens of seq, giving back the blocks it no longer needs; how many it gave back."""
+    if not 0 <= n <= seq.length:
+        raise ValueError(f"cannot roll back {n} of {seq.length} tokens")
+    seq.length -= n
+    keep = -(-seq.length // seq.pool.block_size)
+    for b in seq.blocks[keep:]:
+        seq.pool.decref(b)
+    dropped, seq.blocks = len(seq.blocks) - keep, seq.blocks[:keep]
+    return dropped
 
 
-def test_frob(case, judge):
+def rollback_to(seq, length):
+    """rollback to `length` tokens."""
+    return rollback(seq, seq.length - length)
+''',
+    "starter/paged_kv.py": '''
+
+# ============================================================= Part 7 (bonus): rolling back
+def rollback(seq, n):
+    """Drop the last n tokens of seq (0 <= n <= seq.length, else ValueError): length -= n, pool.decref
+    every block past ceil(length / B), and return how many blocks that gave back."""
+    raise NotImplementedError("TODO Part 7 (bonus): rollback")
+
+
+def rollback_to(seq, length):
+    """rollback(seq, seq.length - length)."""
+    raise NotImplementedError("TODO Part 7 (bonus): rollback_to")
+''',
+    "grader/hidden/test_rollback.py": '''"""Part 7 (bonus), rolling back, on hidden inputs: a prompt stepped, rolled back, stepped again."""
+from grader.hidden.inputs import Case, tokens
+from grader.hidden.judges import generic_judge
+
+
+def plan(to):
+    def cases(rng):
+        out = []
+        for B, L, n in ((4, 10, 3), (4, 10, 10), (2, 7, 2), (1, 5, 1)):
+            inputs = {"cfg": None, "param_seed": 0, "n_blocks": 16, "block_size": B, "prompt": tokens(rng, L),
+                      "more": tokens(rng, 2), **({"to": L - n} if to else {"n": n})}
+            out.append(Case(f"{L} tokens, {n} rolled back, block size {B}", "rollback_script", inputs))
+        return out
+    return cases
+
+
+PLANS = {"rollback.drops": plan(False), "rollback.to": plan(True)}
+JUDGES = dict.fromkeys(PLANS, generic_judge)
+
+
+def test_rollback(case, judge):
     judge(case)
 ''',
-    "public": '''import pytest
+    "tests/test_rollback.py": '''"""Part 7 (bonus): rolling back."""
+import pytest
 
-pytestmark = pytest.mark.frob
+import scenarios as sc
+import support
+
+pytestmark = pytest.mark.rollback
 
 
-def test_frob_doubles(pk):
-    assert pk.frob([1, 2, 3]) == [2, 4, 6]
+@pytest.fixture(autouse=True)
+def _bonus(pk):
+    support.bonus_attempted(pk, "rollback")
+
+
+def test_rolling_back_gives_the_last_block_back(pk):
+    out = sc.rollback_script(pk, block_size=4, prompt=support.tokens(10, 1), n=3, more=[5])
+    assert (out["dropped"], out["length"], out["blocks"]) == (1, 7, 2)
+
+
+def test_rolling_back_to_a_length(pk):
+    out = sc.rollback_script(pk, block_size=4, prompt=support.tokens(10, 1), to=4, more=[5])
+    assert (out["dropped"], out["length"], out["blocks"]) == (2, 4, 1)
 ''',
-    "en": ("\n## How to work\n", "\n<!-- bonus -->\n## Part 6 (bonus): doubling\n\n`frob(xs)` doubles every number.\n"
-                                 "<!-- /bonus -->\n\n## How to work\n"),
-    "zh": ("\n<!-- en: ## How to work -->\n", "\n<!-- bonus -->\n<!-- en: ## Part 6 (bonus): doubling -->\n"
-                                              "## Part 6（加分题）：加倍\n\n`frob(xs)` 把每个数都加倍。\n"
-                                              "<!-- /bonus -->\n\n<!-- en: ## How to work -->\n"),
 }
+# The files a new bonus part touches by hand (PART7, PART7_NEW), and those regenerated (python tools/tables.py:
+# both editions' grading tables, README's feedback bound). A change that starts needing one more file fails here.
+BY_HAND = sorted({name for name, _, _ in PART7} | set(PART7_NEW))
+GENERATED = ["README.md"]        # (assignment.md and its Chinese edition are by hand too: their sections)
+
+
+def _bonus(root):
+    """The bonus parts of the copy's registry (its own, not this checkout's)."""
+    r = run(root, sys.executable, "-c", "import sys, json; sys.path.insert(0, 'tests'); import registry; "
+            "print(json.dumps([[p.id, p.number, registry.points(p.id)] for p in registry.bonus()]))")
+    return [SimpleNamespace(id=i, number=n, points=pts) for i, n, pts in json.loads(r.stdout)]
 
 
 @pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
-def test_a_throwaway_bonus_part_6(copy):
-    """A bonus Part 6 (one function, one check): the registry's part and check, its stub and its
-    solution, its scenario, its hidden suite and public tests, its section in both editions (the
-    tables are generated). Graded, the reference gets 111; the starter's stub is not attempted."""
-    edit(copy, "tests/registry.py", *PART6["registry"])
-    edit(copy, "tests/registry.py", *PART6["check"])
-    append(copy, "starter/paged_kv.py", PART6["starter"])
-    append(copy, "solution/paged_kv.py", PART6["solution"])
-    edit(copy, "tests/scenarios.py", *PART6["scenario"])
-    edit(copy, "tests/scenarios.py", *PART6["scenarios"])
-    append(copy, "grader/hidden/test_frob.py", PART6["hidden"])
-    append(copy, "tests/test_frob.py", PART6["public"])
-    edit(copy, "assignment.md", *PART6["en"])
-    edit(copy, "assignment.zh-CN.md", *PART6["zh"])
-    files = touched(copy)
-    assert files == ["assignment.md", "assignment.zh-CN.md", "grader/hidden/test_frob.py", "solution/paged_kv.py",
-                     "starter/paged_kv.py", "tests/registry.py", "tests/scenarios.py", "tests/test_frob.py"], files
-    assert "| `frob` | **合计，Part 6（加分题）** | **1** |" in (copy / "assignment.zh-CN.md").read_text()
+def test_a_throwaway_bonus_part_7_that_uses_the_pool_the_sequences_and_the_step(copy):
+    """A bonus Part 7 (two functions on a sequence stepped by paged_step, two checks) made as README.md says.
+    The files it touches are counted; graded, the reference gets every bonus point and the starter's stubs
+    are "not attempted"; then the checks that hold every part to the same rules run on the copy: tables,
+    both editions and the bonus-off handout, the bonus not attempted and the demos, the registry, the
+    rubric's figures, the selftest corpus (a mutant, an unseen bug, a strategic pair of every part), and
+    the states of every part."""
+    for name, find, replace in PART7:
+        edit(copy, name, find, replace)
+    for name, text in PART7_NEW.items():
+        append(copy, name, text)
+    assert touched(copy) == sorted(BY_HAND + GENERATED), touched(copy)
+    bonus = _bonus(copy)
+    assert [p.id for p in bonus][-1] == "rollback" and bonus[-1].number == 7
     results = grade(copy, "solution/paged_kv.py")
-    frob = [t for t in results["tests"] if t["tags"] == ["frob"]]
-    assert results["score"] == 111 and [(t["number"], t["score"]) for t in frob] == [("6.1", 1)], results["output"]
+    part7 = [(t["number"], t["score"]) for t in results["tests"] if t["tags"] == ["rollback"]]
+    assert results["score"] == 100 + sum(p.points for p in bonus) and part7 == [("7.1", 1), ("7.2", 1)], \
+        results["output"]
     starter = grade(copy, "starter/paged_kv.py")
-    assert starter["score"] == 0 and "Part 6 (bonus): doubling (extra credit)" in starter["output"]
-    assert starter["extra_data"]["bonus"]["frob"].startswith(
-        'bonus not attempted: every Part 6 check stopped at a stub that still raises NotImplementedError("TODO Part 6'), \
-        starter["extra_data"]
-    r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "frob")
-    assert r.returncode == 0 and "Part 6 (bonus): doubling (frob, extra credit): 1 of 1 passed" in r.stdout, \
+    assert starter["score"] == 0 and list(starter["extra_data"]["bonus"]) == [p.id for p in bonus], starter["extra_data"]
+    assert starter["extra_data"]["bonus"]["rollback"].startswith("bonus not attempted: every Part 7 check stopped")
+    r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "solution", "--part", "rollback")
+    assert r.returncode == 0 and "Part 7 (bonus): rolling back (rollback, extra credit): 2 of 2 passed" in r.stdout, \
         r.stdout[-2000:]
-    r = run(copy, sys.executable, "tools/labtool.py", "test", "--impl", "starter", "--part", "frob")
-    assert r.returncode == 0 and ('Part 6 (bonus): doubling (frob): bonus not attempted: its stubs still raise '
-                                  'NotImplementedError("TODO Part 6 ...")') in r.stdout, r.stdout[-2000:]
-    said = {impl: run(copy, sys.executable, "tools/labtool.py", "check", "--impl", impl).stdout.splitlines()[1:]
-            for impl in ("starter", "solution")}
-    assert said["starter"] == [
-        'Part 5: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 5 ...") '
-        '(extra credit only: Parts 1-4 are graded as usual).',
-        'Part 6: bonus not attempted: its stubs still raise NotImplementedError("TODO Part 6 ...") '
-        '(extra credit only: Parts 1-4 are graded as usual).'], said
-    assert said["solution"] == ["Part 5 (bonus): PrefixCache and cached_prefill are defined.",
-                                "Part 6 (bonus): frob is defined."], said
-    edit(copy, "solution/paged_kv.py", PART6["solution"], "")       # a file written before Part 6: no frob
-    r = run(copy, sys.executable, "tools/labtool.py", "submit", "--impl", "solution", "--out", "build/s.zip")
-    assert r.returncode == 0 and "Part 6: bonus not attempted: paged_kv.py defines no frob (extra credit only: " \
-        "Parts 1-4 are graded as usual)." in r.stdout and "TODO" not in r.stdout, r.stdout
-    r = run(copy, sys.executable, "-m", "pytest", "-q", "checks/test_tables.py", "checks/test_handout_sync.py",
-            "checks/test_handout.py", "-m", "not slow")
-    assert r.returncode == 0, r.stdout[-2000:]
-    off = run(copy, sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import build_handout as b; "
-              "print(b.without_bonus_python(open('starter/paged_kv.py').read()))")
-    assert "frob" not in off.stdout and "PrefixCache" not in off.stdout and "class PagedSequence" in off.stdout
+    said = run(copy, sys.executable, "tools/labtool.py", "check", "--impl", "starter").stdout.splitlines()[1:]
+    assert said == [f'Part {p.number}: bonus not attempted: its stubs still raise NotImplementedError("TODO Part '
+                    f'{p.number} ...") (extra credit only: Parts 1-4 are graded as usual).' for p in bonus], said
+    r = run(copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+            "checks/test_tables.py", "checks/test_handout_sync.py", "checks/test_handout.py",
+            "checks/test_bonus_not_attempted.py", "checks/test_lecture.py", "checks/test_grader_units.py",
+            "checks/test_coverage.py::test_every_part_lists_its_states", "checks/test_selftest.py::"
+            "test_mutant_edits_are_exact_and_parts_known", "checks/test_selftest.py::test_strategic_corpus_is_sound",
+            "checks/test_selftest.py::test_unseen_bugs_are_new_and_apply",
+            "checks/test_selftest.py::test_new_code_elsewhere_breaks_no_edit", "checks/test_generate.py")
+    assert r.returncode == 0, r.stdout[-3000:]
+    r = run(copy, sys.executable, "-c", "from grader.selftest import coverage, verify_corpus as v, mutants; "
+            "ref = v.load_reference(); pk = v.load(mutants.apply(mutants.BY_NAME['rollback_keeps_blocks']), 'm'); "
+            "print(coverage.missing(0), v.hidden_verdict(pk, ref, 'rollback.drops') is not None)")
+    assert r.stdout.split() == ["[]", "True"], r.stdout + r.stderr[-2000:]
 
 
 @pytest.mark.lane          # a process of its own beside the selftest (conftest.py)

@@ -1,6 +1,6 @@
 """The grader as course staff use it: `python -m grader` on real files, a batch killed halfway, and
 the Gradescope archive run in a simulated /autograder tree (a whole class: test_class_batch.py). Expected scores come from the rubric (100 for the
-reference, 110 with the bonus, 0 for the stubs) and from which part a planted bug lives in."""
+reference, plus the bonus parts' points with the bonus, 0 for the stubs) and from which part a planted bug lives in."""
 import csv
 import json
 import os
@@ -43,12 +43,12 @@ def parts(results):
     return {p: sum(t["score"] for t in results["tests"] if p in t["tags"]) for p in rubric.PARTS}
 
 
-def planted(tmp_path, find, replace, name="paged_kv.py"):
-    text = REFERENCE.read_text()
-    assert text.count(find) == 1, find
+def planted(tmp_path, where, find, replace, name="paged_kv.py"):
+    """The reference with one edit in the function or class `where` (mutants.edited)."""
+    from grader.selftest import mutants
     path = tmp_path / "sub" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace(find, replace))
+    path.write_text(mutants.edited(REFERENCE.read_text(), [(where, find, replace)], "planted"))
     return path
 
 
@@ -57,7 +57,7 @@ def reference_results(tmp_path_factory):
     return grade(REFERENCE, tmp_path_factory.mktemp("ref"))
 
 
-FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # 110 with the bonus on (rubric.BONUS), else 100
+FULL = rubric.TOTAL + rubric.BONUS_TOTAL       # 100 plus the bonus parts' points with the bonus on (rubric.BONUS)
 
 
 def test_reference_scores_full_marks(reference_results):
@@ -74,7 +74,8 @@ def test_students_read_their_grade_first_and_staff_get_the_sandbox_details(refer
     extra = f" ({rubric.BONUS_TOTAL:.2f} of it extra credit)" if rubric.BONUS_PARTS else ""
     assert out.splitlines()[0] == f"Score: {FULL:.2f} / 100{extra}"
     assert [line.split()[:2] for line in out.splitlines() if line.startswith("Part ")] == \
-        [["Part", f"{i}:"] for i in range(1, len(rubric.PARTS) + 1)] + [["Part", "5"]] * len(rubric.BONUS_PARTS)
+        [["Part", f"{i}:"] for i in range(1, len(rubric.PARTS) + 1)] + \
+        [["Part", str(rubric.registry.number(p))] for p in rubric.BONUS_PARTS]
     for staff_only in ("Isolation", "namespace", "rlimits", "seed", "uid"):
         assert staff_only not in out
     assert results["stdout_visibility"] == "hidden" and all(t["visibility"] == "visible" for t in results["tests"])
@@ -111,16 +112,17 @@ def test_starter_scores_0_with_feedback_per_check(tmp_path):
 
 
 def test_a_file_without_the_bonus_is_graded_as_before(tmp_path):
-    """Written before Part 5 existed (no PrefixCache, no cached_prefill): 100, and the bonus one
+    """Written before the bonus parts existed (none of their names): 100, and each bonus part one
     message, never a wall of failures or a 0."""
     proc, results = grade(REPO / "grader" / "selftest" / "variants" / "plain_loops.py", tmp_path)
     assert proc.returncode == 0 and results["score"] == 100, proc.stderr
     assert results["output"].splitlines()[0] == "Score: 100.00 / 100"
     if rubric.BONUS_PARTS:
-        assert results["output"].count("bonus not attempted") == 1 and "First to fix" not in results["output"]
-        bonus = [t for t in results["tests"] if "prefix_cache" in t["tags"]]
+        said = results["output"].count("bonus not attempted")
+        assert said == len(rubric.BONUS_PARTS) and "First to fix" not in results["output"]
+        bonus = [t for t in results["tests"] if set(t["tags"]) & set(rubric.BONUS_PARTS)]
         assert bonus and all(t["score"] == 0 and t["output"].startswith("bonus not attempted") for t in bonus)
-        assert list(results["extra_data"]["bonus"]) == ["prefix_cache"]
+        assert list(results["extra_data"]["bonus"]) == list(rubric.BONUS_PARTS)
 
 
 def test_the_bonus_switched_off_grades_exactly_parts_1_to_4(tmp_path):
@@ -140,13 +142,13 @@ def test_the_bonus_switched_off_grades_exactly_parts_1_to_4(tmp_path):
     assert "extra credit" not in proc.stdout and re.search(r"\nTOTAL +100\.00 / 100\n", proc.stdout + "\n")
 
 
-@pytest.mark.parametrize("part, find, replace", [
-    ("blockwise_attention", "weights = [np.exp(s - top) for s in scores]",          # a max per block
+@pytest.mark.parametrize("part, where, find, replace", [
+    ("blockwise_attention", "blockwise_attention", "weights = [np.exp(s - top) for s in scores]",   # a max per block
      "weights = [np.exp(s - s.max(axis=-1)[:, None]) for s in scores]"),
-    ("allocator", "        heapq.heappush(self._free, b)", "        self._free.append(b)"),
+    ("allocator", "BlockPool.decref", "        heapq.heappush(self._free, b)", "        self._free.append(b)"),
 ])
-def test_a_bug_costs_points_in_its_part(tmp_path, part, find, replace):
-    _, results = grade(planted(tmp_path, find, replace), tmp_path)
+def test_a_bug_costs_points_in_its_part(tmp_path, part, where, find, replace):
+    _, results = grade(planted(tmp_path, where, find, replace), tmp_path)
     got = parts(results)
     assert got[part] < rubric.part_points(part), got
 

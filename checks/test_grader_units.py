@@ -210,59 +210,62 @@ def test_not_graded_puts_the_students_message_first_and_notes_come_in_the_first_
 
 # ------------------------------------------------------------------ bonus parts are extra credit
 
-BONUS_LABEL = "Part 5 (bonus): shared prefix across requests (extra credit)"
-
-
-def test_a_bonus_part_adds_above_the_maximum_and_is_shown_as_extra_credit(bonus_on):
+def test_the_bonus_parts_add_above_the_maximum_and_are_shown_as_extra_credit(bonus_on):
     everything = _rows({cid: [(True, "")] for cid in rubric.CHECKS})
     data = report.results_json(everything, report.student_output(everything), 1.0)
-    assert "prefix_cache" in rubric.BONUS_PARTS and rubric.part_points("prefix_cache") == 10
-    assert data["score"] == 100 + rubric.BONUS_TOTAL and data["max_score"] == 100     # another bonus part adds its own
-    bonus = [t for t in data["tests"] if t["tags"] == ["prefix_cache"]]
-    assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == \
-        [(f"5.{i}", c.points, c.points) for i, c in enumerate(
-            (c for c in rubric.CHECKS.values() if c.part == "prefix_cache"), 1)]
-    assert sum(t["max_score"] for t in bonus) == 10
-    assert all("extra credit" in t["name"] for t in bonus)
-    assert not any("extra credit" in t["name"] for t in data["tests"] if t not in bonus)
-    assert data["output"].splitlines()[0] == "Score: 110.00 / 100 (10.00 of it extra credit)"
-    assert BONUS_LABEL in data["output"]
-    assert re.search(r"\nprefix_cache \(extra credit\) +10\.00 / 10\n", report.table(everything, "h"))
-    assert "110.00 / 100 (+ up to 10 extra credit)" in report.table(everything, "h")
+    full, table = 100 + rubric.BONUS_TOTAL, report.table(everything, "h")
+    assert rubric.BONUS_PARTS and rubric.BONUS_TOTAL == sum(rubric.part_points(p) for p in rubric.BONUS_PARTS)
+    assert data["score"] == full and data["max_score"] == 100                        # each bonus part adds its own
+    for part in rubric.BONUS_PARTS:
+        bonus, points = [t for t in data["tests"] if t["tags"] == [part]], rubric.part_points(part)
+        assert [(t["number"], t["max_score"], t["score"]) for t in bonus] == \
+            [(f"{rubric.registry.number(part)}.{i}", c.points, c.points) for i, c in enumerate(
+                (c for c in rubric.CHECKS.values() if c.part == part), 1)]
+        assert sum(t["max_score"] for t in bonus) == points and all("extra credit" in t["name"] for t in bonus)
+        assert f"{rubric.registry.section(part)} (extra credit)" in data["output"]
+        assert re.search(rf"\n{part} \(extra credit\) +{points:.2f} / {points}\n", table)
+    assert not any("extra credit" in t["name"] for t in data["tests"] if t["tags"][0] in rubric.PARTS)
+    assert data["output"].splitlines()[0] == f"Score: {full:.2f} / 100 ({rubric.BONUS_TOTAL:.2f} of it extra credit)"
+    assert f"{full:.2f} / 100 (+ up to {rubric.BONUS_TOTAL} extra credit)" in table
     from grader import gradebook
-    assert {"base", "extra_credit", "prefix_cache_attempted", "total", "prefix_cache"} <= set(gradebook.fields())
+    assert {"base", "extra_credit", "total", *rubric.BONUS_PARTS, *(f"{p}_attempted" for p in rubric.BONUS_PARTS)} \
+        <= set(gradebook.fields())
 
 
-def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on):
+@pytest.mark.parametrize("part", [p.id for p in rubric.registry.bonus()])
+def test_a_bonus_bug_costs_bonus_points_only_and_says_what_to_fix(bonus_on, part):
     from grader import gradebook
-    check = rubric.CHECKS["prefix_cache.eviction"]
+    check = next(c for c in rubric.CHECKS.values() if c.part == part)
     rows = _failing(check.id, "evicted block 3, expected block 7")
     data = report.results_json(rows, report.student_output(rows), 1.0)
     lost = check.points * 3 / 4                               # 1 of the 4 cases passed
-    assert data["score"] == 110 - lost
+    assert data["score"] == 100 + rubric.BONUS_TOTAL - lost
     row = gradebook.row("s", data)
     assert {k: row[k] for k in ("base", "extra_credit", "total", *rubric.ALL_PARTS, "status")} == \
-        {"base": 100, "extra_credit": 10 - lost, "total": 110 - lost, "allocator": 25, "paged_step": 30,
-         "blockwise_attention": 15, "copy_on_write": 30, "prefix_cache": 10 - lost, "status": "graded"}
+        {"base": 100, "extra_credit": rubric.BONUS_TOTAL - lost, "total": 100 + rubric.BONUS_TOTAL - lost,
+         **{p: rubric.part_points(p) - lost * (p == part) for p in rubric.ALL_PARTS}, "status": "graded"}
     assert f"First to fix: {check.title} (1 of 4 cases passed)" in data["output"]
     from grader import classview
     text = "\n".join(classview.summary({"s": data}))
-    assert "prefix_cache (10 points, extra credit; attempted by 1, not by 0)" in text and "prefix_cache.eviction" in text
+    assert f"{part} ({rubric.part_points(part)} points, extra credit; attempted by 1, not by 0)" in text and check.id in text
 
 
-def test_a_bonus_not_attempted_is_one_message_and_costs_nothing_else(bonus_on):
+@pytest.mark.parametrize("part", [p.id for p in rubric.registry.bonus()])
+def test_a_bonus_not_attempted_is_one_message_and_costs_nothing_else(bonus_on, part):
     from grader.grade import bonus_left_out
-    left = bonus_left_out(["PrefixCache", "cached_prefill", "PrefixCache.lookup", "PrefixCache.insert",
-                           "PrefixCache.evict"])
-    assert list(left) == ["prefix_cache"] and left["prefix_cache"].startswith("bonus not attempted")
-    rows = score({cid: [(True, "")] for cid in rubric.CHECKS if not cid.startswith("prefix_cache.")}, left_out=left)
+    from grader.sandbox import BONUS_NAMES
+    left = bonus_left_out(list(BONUS_NAMES[part]))
+    assert list(left) == [part] and left[part].startswith("bonus not attempted")
+    rows = score({cid: [(True, "")] for cid in rubric.CHECKS if rubric.CHECKS[cid].part != part}, left_out=left)
     data = report.results_json(rows, report.student_output(rows), 1.0)
-    assert data["score"] == 100 and data["output"].splitlines()[0] == "Score: 100.00 / 100"
+    full = 100 + rubric.BONUS_TOTAL - rubric.part_points(part)
+    assert data["score"] == full and data["output"].splitlines()[0].startswith(f"Score: {full:.2f} / 100")
     assert data["output"].count("bonus not attempted") == 1 and "First to fix" not in data["output"]
-    assert all(t["output"] == left["prefix_cache"] for t in data["tests"] if t["tags"] == ["prefix_cache"])
+    assert all(t["output"] == left[part] for t in data["tests"] if t["tags"] == [part])
     assert report.table(rows, "h").count("bonus not attempted") == 1
-    half = bonus_left_out(["cached_prefill"])
-    assert half["prefix_cache"].startswith("bonus not graded") and "cached_prefill" in half["prefix_cache"]
+    last = BONUS_NAMES[part][-1]                 # one name missing, the others there
+    half = bonus_left_out([last])
+    assert half[part].startswith("bonus not graded") and last in half[part]
     assert bonus_left_out([]) == {} and bonus_left_out(["BlockPool.alloc"]) == {}
 
 
@@ -469,7 +472,7 @@ def test_part5_judges_pass_a_bug_of_part_2_or_4_that_depends_on_chunks_or_rows(b
     from grader.selftest import mutants, unseen
     case = _chain_case()
     expected = scenarios.prefix_script(reference, **case.inputs)
-    other = load(unseen.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
+    other = load(mutants.apply(next(b for b in unseen.BUGS if b.name == bug)), bug)
     got = scenarios.prefix_script(other, **case.inputs)
     for field in PART5_FIELDS:
         judge = prefix_judge(PART5_FIELDS[field], twin=field == "logits")

@@ -337,54 +337,61 @@ def test_the_bonus_table_equals_the_bonus_rubric():
     bonus = [c for c in rubric._checks(True).values() if c.part not in rubric.PARTS]
     assert checks == [(c.part, c.title, c.points) for c in bonus]
     assert totals == [(p, sum(c.points for c in bonus if c.part == p)) for p in dict.fromkeys(c.part for c in bonus)]
-    assert ("prefix_cache", 10) in totals
+    assert totals == [(p.id, rubric.registry.points(p.id)) for p in rubric.registry.bonus()]
 
 
 def test_switching_the_bonus_off_leaves_the_assignment_of_parts_1_to_4(tmp_path):
-    """rubric.BONUS = False: the handout has no Part 5 text, stubs or tests (the grader side is
-    checked in test_grader_end_to_end.py); on, it has all three."""
+    """rubric.BONUS = False: the handout has no text, stubs, tests or demo of any bonus part (the grader
+    side is checked in test_grader_end_to_end.py); on, it has them all."""
     off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
     on = unpack(build_handout.build(tmp_path / "on.zip", bonus=True), tmp_path / "on")
     text, starter = (off / "assignment.md").read_text(), (off / "starter" / "paged_kv.py").read_text()
-    for word in ("Part 5", "bonus", "Bonus", "prefix_cache", "PrefixCache", "cached_prefill", "extra credit"):
+    bonus = rubric.registry.bonus()
+    names = [n for p in bonus for n in (f"Part {p.number}", p.id, *rubric.registry.top_names(p.id))]
+    for word in ("bonus", "Bonus", "extra credit", *names):
         assert word not in text, word
-    for word in ("Part 5", "PrefixCache", "cached_prefill", "bonus"):
+    for word in ("bonus", *names):
         assert word not in starter, word
     compile(starter, "paged_kv.py", "exec")
-    for name in ("README.md", "Makefile"):          # the students' README (both halves) and `make help`
-        said = (off / name).read_text()
-        for word in ("Part 5", "bonus", "prefix_cache", "加分"):
-            assert word not in said, (name, word)
-        assert "prefix_cache" in (on / name).read_text(), name
+    readme = (off / "README.md").read_text()      # the students' README, both halves
+    for word in ("bonus", "加分", *(f"Part {p.number}" for p in bonus)):
+        assert word not in readme, word
+    assert "加分" in (on / "README.md").read_text()
+    helped = {d: subprocess.run(["make", "-s", "help"], cwd=d, capture_output=True, text=True, timeout=120).stdout
+              for d in (on, off)}                  # `make help`: the bonus parts' ids, from the registry
+    assert all(p.id in helped[on] for p in bonus) and not any(p.id in helped[off] for p in bonus), helped
     checks, totals = grading_table(text)
     assert checks == [(c.part, c.title, c.points) for c in rubric._checks(False).values()]
     assert totals == [(p, rubric.part_points(p)) for p in rubric.PARTS] + [("", 100)]
     assert grading_table(text, BONUS_TABLE) is None
-    assert not (off / "tests" / "test_prefix_cache.py").exists() and (on / "tests" / "test_prefix_cache.py").exists()
     left_out = {p.relative_to(on) for p in on.rglob("*")} - {p.relative_to(off) for p in off.rglob("*")}
-    bonus_tests = {Path("tests") / p.test_file for p in rubric.registry.bonus()}       # tests/test_prefix_cache.py, ...
-    assert bonus_tests <= left_out and left_out - bonus_tests == {Path("tests/prefix_bench.py")}   # Part 5's bench too
+    bonus_tests = {Path("tests") / p.test_file for p in bonus}       # tests/test_prefix_cache.py, ...
+    assert bonus_tests <= left_out == set(map(Path, build_handout.BONUS_FILES))     # their benches too
     assert {p.relative_to(off) for p in off.rglob("*")} <= {p.relative_to(on) for p in on.rglob("*")}
-    assert "## Part 5 (bonus)" in (on / "assignment.md").read_text()
-    assert "class PrefixCache" in (on / "starter" / "paged_kv.py").read_text()
-    assert "DEMOS.append(demo5_prefix_cache)" in (on / "lab" / "demo.py").read_text()
-    assert "demo5_prefix_cache)" not in (off / "lab" / "demo.py").read_text()      # demo 5 is never run
+    for p in bonus:
+        assert f"## Part {p.number} (bonus)" in (on / "assignment.md").read_text()
+        assert all(f"{kind} {n}" in (on / "starter" / "paged_kv.py").read_text() for n in rubric.registry.top_names(p.id)
+                   for kind in ("class", "def") if f"{kind} {n}" in (ROOT / "starter" / "paged_kv.py").read_text())
+        assert f"DEMOS.append(demo{p.number}_" in (on / "lab" / "demo.py").read_text()
+        assert f"DEMOS.append(demo{p.number}_" not in (off / "lab" / "demo.py").read_text()    # never run
     assert (on / "assignment.md").read_text() == (ROOT / "assignment.md").read_text()
 
 
 @pytest.mark.slow
 def test_with_the_bonus_off_make_demo_is_the_lecture_s_four_demos(tmp_path):
-    """A course without the bonus: a file without Part 5 gets the four demos and no word of a fifth
-    (with the bonus on, demo 5 says "bonus not attempted": checks/test_lecture.py)."""
+    """A course without the bonus: a file without the bonus parts gets the four demos and no word of the
+    others (with the bonus on, each bonus demo says "bonus not attempted": checks/test_lecture.py)."""
     off = unpack(build_handout.build(tmp_path / "off.zip", bonus=False), tmp_path / "off")
     text = (ROOT / "solution" / "paged_kv.py").read_text()
+    first = rubric.registry.bonus()[0].number
     four = impl(tmp_path, "four", text[:text.index("\n# ------------------------------------------------"
-                                                     "---------------- Part 5 (bonus)")] + "\n")
+                                                     f"---------------- Part {first} (bonus)")] + "\n")
     r = subprocess.run([sys.executable, str(off / "lab" / "demo.py"), "--impl", str(four), "--lang", "en"],
                        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
-    assert [n for n in range(1, 6) if f"Demo {n}:" in r.stdout] == [1, 2, 3, 4], r.stdout[-2000:]
-    assert "demo5" not in r.stdout and "bonus" not in r.stdout and "Part 5" not in r.stdout
+    assert [n for n in range(1, 10) if f"Demo {n}:" in r.stdout] == [1, 2, 3, 4], r.stdout[-2000:]
+    assert "bonus" not in r.stdout and not any(f"demo{p.number}" in r.stdout or f"Part {p.number}" in r.stdout
+                                               for p in rubric.registry.bonus())
 
 
 def unpack(zip_path, folder):
@@ -415,15 +422,17 @@ def assert_every_test_passed(r):
 
 
 def assert_every_test_failed_not_implemented(r):
-    """`make test` on the starter: only failures, each one line naming the TODO, no errors; the bonus
+    """`make test` on the starter: only failures, each one line naming the TODO, no errors; each bonus part
     (its stubs as they are) skipped with one line, when the handout has it."""
     assert r.returncode != 0
     summary = r.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"=+ (\d+) failed(, (\d+) skipped)? in [\d.]+s =+", summary)
     assert m, f"expected only failures (no errors, no passes) and the bonus's skips: {summary}"
     said = [line for line in r.stdout.splitlines() if "bonus not attempted" in line]
-    assert len(said) == (1 if m.group(2) else 0), said
-    assert not said or 'its stubs still raise NotImplementedError("TODO Part 5 ...")' in said[0], said
+    bonus = rubric.registry.bonus() if m.group(2) else ()
+    assert len(said) == len(bonus), said
+    assert all(f'its stubs still raise NotImplementedError("TODO Part {p.number} ...")' in line
+               for p, line in zip(bonus, said)), said
     sections = failure_sections(r.stdout)
     assert len(sections) == int(m.group(1))
     for name, lines in sections.items():
@@ -448,7 +457,9 @@ def test_the_starter_demo_says_not_implemented(handout):
     r = make(handout, "demo")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("not implemented yet") == 4 and "Traceback" not in r.stdout     # demos 1-4
-    assert r.stdout.count("[demo5_prefix_cache] bonus not attempted: its stubs still raise") == 1, r.stdout
+    for p in rubric.registry.bonus():      # demo N of bonus Part N
+        assert len(re.findall(rf"\[demo{p.number}_\w+\] bonus not attempted: its stubs still raise", r.stdout)) == 1, \
+            r.stdout
 
 
 @pytest.mark.slow

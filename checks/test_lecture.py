@@ -1,5 +1,6 @@
-"""The lecture's four demos on the reference. Expected values are the lecture's own numbers (or
-derived from its setup: prompt lengths, block sizes, the copy-on-write rule), never the code's."""
+"""The lecture's four demos, and the bonus parts' demos, on the reference. Expected values are the
+lecture's own numbers (or derived from its setup: prompt lengths, block sizes, the copy-on-write rule;
+for demo 6 a contiguous KVCache per request), never the code's."""
 import math
 import os
 import re
@@ -8,6 +9,7 @@ import sys
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import pytest
 import demo as lab_demo
 import demo_text
 import paged_kv as pk
+import registry
 import transformer_lab as tl
 from transformer_lab import TINY
 
@@ -228,6 +231,40 @@ def test_demo5_prints_the_figures(capsys):
     assert f"releases blocks {', '.join(map(str, chain[::-1]))}: the tail" in out
 
 
+# ================================================================== demo 6 (bonus): preemption
+def sampled_contiguously(prompt, number, n, new, seed=0):
+    """A request's n samples decoded on a contiguous KVCache each, with the scheduler's random streams
+    (request, sample, position): what any schedule must give."""
+    from decoding import _sample
+    out = []
+    for j in range(n):
+        kv, tokens = tl.KVCache(TINY, 1), []
+        logits = tl.forward(PARAMS, TINY, np.asarray(prompt)[None], cache=kv)[0, -1]
+        for t in range(new):
+            tokens.append(_sample(logits, 1.0, np.random.default_rng([seed, number, j, t])))
+            logits = tl.forward(PARAMS, TINY, np.array([[tokens[-1]]]), cache=kv)[0, -1]
+        out.append(tokens)
+    return out
+
+
+@pytest.mark.parametrize("B", [4, 16])
+def test_demo6_preempts_and_gives_every_request_its_own_outputs(B):
+    """A pool of 256 token slots for 6 requests of 2 samples: both ways preempt, the same groups at the same
+    steps, and every request's samples are those of its own contiguous decoding; swapping moves each block
+    it took out back in, and recomputation recomputes at least one prompt per preemption."""
+    from scheduler import RECOMPUTE, SWAP, serve
+    rng = np.random.default_rng(6)
+    prompts = [rng.integers(0, TINY.vocab, lab_demo.PROMPT6) for _ in range(lab_demo.REQUESTS6)]
+    want = [sampled_contiguously(p, i, lab_demo.SAMPLES6, lab_demo.NEW6) for i, p in enumerate(prompts)]
+    runs = {how: serve(pk, PARAMS, TINY, prompts, lab_demo.SAMPLES6, lab_demo.NEW6, lab_demo.SLOTS6 // B, B, how)
+            for how in (SWAP, RECOMPUTE)}
+    (swapped, s), (recomputed, r) = runs[SWAP], runs[RECOMPUTE]
+    assert swapped == recomputed == want
+    assert s["preemptions"] == r["preemptions"] > 0 and s["steps"] == r["steps"]
+    assert s["out"] == s["in"] > 0 and r["recomputed"] >= r["preemptions"] * lab_demo.PROMPT6
+    assert s["peak"] <= lab_demo.SLOTS6 // B and r["peak"] <= lab_demo.SLOTS6 // B
+
+
 # ================================================================== lab/demo.py, both languages
 @lru_cache(maxsize=None)
 def demo_output(*args):
@@ -237,7 +274,7 @@ def demo_output(*args):
 def test_demo_py_on_reference():
     code, out = demo_output("--impl", "solution", "--lang", "en")
     assert code == 0, out[-3000:]
-    for n in (1, 2, 3, 4, 5):
+    for n in range(1, len(lab_demo.DEMOS) + 1):
         assert out.count(f"Demo {n}:") == 1, f"Demo {n} header missing:\n{out[-3000:]}"
     for bad in ("Traceback", "crashed", "not implemented", "DIFFERENT"):
         assert bad not in out, f"{bad!r} in the output of lab/demo.py --impl solution:\n{out[-3000:]}"
@@ -252,11 +289,11 @@ def test_demo_py_in_chinese_has_the_same_numbers():
     same computed values."""
     code, zh = demo_output("--impl", "solution", "--lang", "zh")
     assert code == 0, zh[-3000:]
-    for n in (1, 2, 3, 4, 5):
+    for n in range(1, len(lab_demo.DEMOS) + 1):
         assert zh.count(f"演示 {n}：") == 1, f"演示 {n} missing:\n{zh[-3000:]}"
     for english in ("Demo ", "Observations", "identical", "DIFFERENT", "Traceback", "not implemented", "不同"):
         assert english not in zh, f"{english!r} in the Chinese output"
-    assert zh.count("观察：") == 5 and "块表" in zh and "写时复制" in zh and "相同" in zh
+    assert zh.count("观察：") == len(lab_demo.DEMOS) and "块表" in zh and "写时复制" in zh and "相同" in zh
     en = demo_output("--impl", "solution", "--lang", "en")[1]
     assert Counter(NUMBER.findall(zh)) == Counter(NUMBER.findall(en))
 
@@ -352,30 +389,39 @@ def test_demo_py_on_stubs(tmp_path):
     assert "Traceback" not in out and "crashed" not in out, out[-3000:]
     for name in ("demo1_block_table", "demo2_equivalence", "demo3_parallel_sampling", "demo4_beam_search"):
         assert f"[{name}] not implemented yet" in out, f"{name} does not say 'not implemented yet':\n{out}"
-    assert out.count("[demo5_prefix_cache] bonus not attempted: paged_kv.py defines no PrefixCache") == 1, out
+    for demo, part in BONUS_DEMOS:
+        absent = f"[{demo.__name__}] bonus not attempted: paged_kv.py defines no {' and no '.join(part.top)}"
+        assert out.count(absent) == 1, out
+
+
+BONUS_DEMOS = [(d, SimpleNamespace(number=p.number, top=registry.top_names(p.id))) for d in lab_demo.DEMOS
+               for p in registry.bonus() if d.__name__.startswith(f"demo{p.number}_")]   # demo N for Part N
 
 
 def test_demo_py_on_the_starter():
     code, out = run(["lab/demo.py", "--impl", "starter", "--lang", "en"])
     assert code == 0 and "Traceback" not in out, out[-3000:]
-    assert out.count("not implemented yet") == 4, out           # demos 1-4; demo 5: the bonus not attempted
-    assert out.count('[demo5_prefix_cache] bonus not attempted: its stubs still raise NotImplementedError') == 1, out
+    assert out.count("not implemented yet") == 4, out           # demos 1-4; the bonus demos: not attempted
+    for demo, _ in BONUS_DEMOS:
+        assert out.count(f"[{demo.__name__}] bonus not attempted: its stubs still raise NotImplementedError") == 1, out
 
 
-def test_demo_py_without_part_5(tmp_path):
-    """A submission written before the bonus existed: the lecture's four demos, and demo 5 says in one
-    line that the bonus is not attempted (a course without the bonus: checks/test_handout.py)."""
+def test_demo_py_without_the_bonus_parts(tmp_path):
+    """A submission written before the bonus existed: the lecture's four demos, and each bonus demo says in
+    one line that its part is not attempted (a course without the bonus: checks/test_handout.py)."""
     text = (ROOT / "solution" / "paged_kv.py").read_text()
-    cut = text.index("\n# ----------------------------------------------------------------"
-                     " Part 5 (bonus)")
+    first = min(registry.number(p.id) for p in registry.bonus())
+    cut = text.index(f"\n# ---------------------------------------------------------------- Part {first} (bonus)")
     (tmp_path / "paged_kv.py").write_text(text[:cut] + "\n")
     code, out = run(["lab/demo.py", "--impl", str(tmp_path), "--lang", "en"])
     assert code == 0, out[-3000:]
     for n in (1, 2, 3, 4):
         assert out.count(f"Demo {n}:") == 1
-    assert "Demo 5:" not in out and "Traceback" not in out and "DIFFERENT" not in out
-    assert "not implemented yet" not in out and out.count("bonus") == 1
-    assert "[demo5_prefix_cache] bonus not attempted: paged_kv.py defines no PrefixCache and no cached_prefill" in out
+    assert "Traceback" not in out and "DIFFERENT" not in out and "not implemented yet" not in out
+    assert out.count("bonus") == len(BONUS_DEMOS) == len(registry.bonus())
+    for demo, part in BONUS_DEMOS:
+        assert f"Demo {part.number}:" not in out
+        assert f"[{demo.__name__}] bonus not attempted: paged_kv.py defines no {' and no '.join(part.top)}" in out
 
 
 @pytest.mark.parametrize("env_lang,word", [("zh_CN.UTF-8", "还没有实现"), ("C.UTF-8", "not implemented yet")])

@@ -16,7 +16,7 @@ from grader.selftest.verify_corpus import load  # noqa: E402  (a paged_kv.py tex
 
 
 def _bug(name):
-    return load(unseen.apply(next(b for b in unseen.BUGS if b.name == name)), name)
+    return load(mutants.apply(next(b for b in unseen.BUGS if b.name == name)), name)
 
 
 def _verdicts(module, plans, judges, checks, seed=0):

@@ -13,12 +13,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "solution" / "paged_kv.py"
+sys.path.insert(0, str(REPO))
+from grader import rubric  # noqa: E402
+from grader.selftest import mutants  # noqa: E402
 
 
-def public_tests(tmp_path, find, replace, *args):
-    text = REFERENCE.read_text()
-    assert text.count(find) == 1, find
-    (tmp_path / "paged_kv.py").write_text(text.replace(find, replace))
+def public_tests(tmp_path, edit, *args):
+    """The public tests on the reference with one edit (where, find, replace: mutants.edited's) planted."""
+    return planted(tmp_path, [edit], *args)
+
+
+def _run(tmp_path, *args):
     proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests"), "-c", str(REPO / "tests" / "pytest.ini"),
                            f"--rootdir={REPO / 'tests'}", f"--impl={tmp_path}", "-q", "-p", "no:cacheprovider", *args],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -32,24 +37,24 @@ def summary(out):
 def test_a_step_that_leaves_length_ahead_of_the_table_is_named(tmp_path):
     """A step that raises half-way with a length already advanced: the message says what state it
     left (length vs blocks), not an IndexError inside tests/scenarios.py."""
-    out = public_tests(tmp_path, "        seq.reserve(len(chunk))\n",
-                       "        seq.length += len(chunk)\n        raise RuntimeError('half done')\n",
+    out = public_tests(tmp_path, ("paged_step", "        seq.reserve(len(chunk))\n",
+                                  "        seq.length += len(chunk)\n        raise RuntimeError('half done')\n"),
                        "-k", "decode_steps_match")
     assert "seq 0 has length 6 but 0 blocks of 2: its table must hold ceil(6 / 2) = 3" in out, out[-3000:]
     assert "scenarios.py" not in out and "IndexError" not in out, out[-3000:]
 
 
 def test_a_softmax_over_all_heads_is_named_among_the_causes(tmp_path):
-    out = public_tests(tmp_path, "    top = np.max([s.max(axis=-1) for s in scores], axis=0)[:, None]",
-                       "    top = np.max([s.max() for s in scores])", "-k", "overflow")
+    out = public_tests(tmp_path, ("blockwise_attention", "    top = np.max([s.max(axis=-1) for s in scores], axis=0)[:, None]",
+                                  "    top = np.max([s.max() for s in scores])"), "-k", "overflow")
     assert "got a non-finite value" in out and "one maximum taken\n  over all heads" in out, out[-3000:]
 
 
 def test_a_summary_line_stands_on_its_own(tmp_path):
     """A step that changes a table before it runs out of memory: the one-line summary says what
     changed, not "...these changed:" with nothing after it."""
-    out = public_tests(tmp_path, "        if n > pool.n_free:\n            raise MemoryError(f\"this step needs {n} blocks, "
-                       "the pool has {pool.n_free} free\")\n", "        pass\n", "-k", "does_not_fit")
+    out = public_tests(tmp_path, ("paged_step", "        if n > pool.n_free:\n            raise MemoryError(f\"this step needs "
+                                  "{n} blocks, the pool has {pool.n_free} free\")\n", "        pass\n"), "-k", "does_not_fit")
     line = next(ln for ln in summary(out).splitlines() if "FAILED test_a_step_that_does_not_fit" in ln)
     assert "must change nothing, but it changed tables" in line, line
 
@@ -58,14 +63,15 @@ def test_a_summary_line_stands_on_its_own(tmp_path):
 def test_a_part_1_bug_fails_no_public_test_of_part_2(tmp_path, test):
     """The issue's first example: an allocator handing out the highest free block fails Part 1's
     tests, not Part 2's (tables are compared by allocation order)."""
-    out = public_tests(tmp_path, "b = heapq.heappop(self._free)", "b = self._free.pop()", "-k", test)
+    out = public_tests(tmp_path, ("BlockPool.alloc", "b = heapq.heappop(self._free)", "b = self._free.pop()"), "-k", test)
     assert " passed" in out and "failed" not in out, out[-3000:]
 
 
 def test_a_pop_allocator_fails_only_the_lowest_free_tests_of_part_1(tmp_path):
     """Issue 16: the same pop() allocator failed 21 of Part 1's 24 public tests; the scripts name
     blocks by handle, so only the tests of which id is handed out fail, and they say so."""
-    out = public_tests(tmp_path, "b = heapq.heappop(self._free)", "b = self._free.pop()", "-m", "allocator")
+    out = public_tests(tmp_path, ("BlockPool.alloc", "b = heapq.heappop(self._free)", "b = self._free.pop()"), "-m",
+                       "allocator")
     failed = [ln.split()[1].split("[")[0] for ln in summary(out).splitlines() if ln.strip().startswith("FAILED")]
     assert failed and set(failed) == {"test_alloc_hands_out_the_lowest_free_block"}, out[-3000:]
     assert "fresh pool: the ids returned by alloc and copy_block, in order" in out, out[-3000:]
@@ -73,27 +79,24 @@ def test_a_pop_allocator_fails_only_the_lowest_free_tests_of_part_1(tmp_path):
 
 
 # ------------------------------------------- a test that waits for another part (issue 17, issue 15)
-def planted(tmp_path, pairs, *args):
-    """public_tests with several bugs planted at once: (find, replace) pairs."""
-    text = REFERENCE.read_text()
-    for find, replace in pairs:
-        assert text.count(find) == 1, find
-        text = text.replace(find, replace)
-    (tmp_path / "paged_kv.py").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests"), "-c", str(REPO / "tests" / "pytest.ini"),
-                           f"--rootdir={REPO / 'tests'}", f"--impl={tmp_path}", "-q", "-p", "no:cacheprovider", *args],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    return proc.stdout + proc.stderr
+def planted(tmp_path, edits, *args):
+    """public_tests with several bugs planted at once: (where, find, replace) edits, each find once in
+    the function or class it names (mutants.edited)."""
+    (tmp_path / "paged_kv.py").write_text(mutants.edited(REFERENCE.read_text(), edits, "planted"))
+    return _run(tmp_path, *args)
 
 
 def part_line(out, n):
     return next(ln for ln in summary(out).splitlines() if ln.startswith(f"Part {n}"))
 
 
-PART2_LOGITS = ("np.stack([chunks[i] for i in idx]), start)", "np.stack([chunks[i] for i in idx]), 0)")  # positions
-FORK_NO_INCREF = ("            self.pool.incref(b)\n        child.blocks", "            pass\n        child.blocks")
-FORK_STUB = ("    def fork(self):\n", '    def fork(self):\n        raise NotImplementedError("TODO Part 4: PagedSequence.fork")\n')
-POOL_RAISES = ('        n_blocks = _as_int(n_blocks, "n_blocks")\n',
+PART2_LOGITS = ("paged_step", "np.stack([chunks[i] for i in idx]), start)",
+                "np.stack([chunks[i] for i in idx]), 0)")  # positions
+FORK_NO_INCREF = ("PagedSequence.fork", "            self.pool.incref(b)\n        child.blocks",
+                  "            pass\n        child.blocks")
+FORK_STUB = ("PagedSequence.fork", "    def fork(self):\n",
+             '    def fork(self):\n        raise NotImplementedError("TODO Part 4: PagedSequence.fork")\n')
+POOL_RAISES = ("BlockPool.__init__", '        n_blocks = _as_int(n_blocks, "n_blocks")\n',
                '        n_blocks = _as_int(n_blocks, "n_blocks")\n        raise RuntimeError("no pool today")\n')
 
 
@@ -132,11 +135,12 @@ def test_a_stub_named_in_the_reason_is_the_one_that_is_missing(tmp_path):
 
 
 def test_a_pool_that_cannot_be_built_is_named_in_each_part(tmp_path):
-    """Issue 15 item 8: BlockPool(...) raises. Part 1's tests fail saying so; Part 5's (and every other
-    part's that needs a pool) are skipped naming the dependency and the part to fix first."""
-    out = planted(tmp_path, [POOL_RAISES], "-m", "allocator or prefix_cache or copy_on_write")
+    """Issue 15 item 8: BlockPool(...) raises. Part 1's tests fail saying so; Part 4's and the bonus parts'
+    (and every other part's that needs a pool) are skipped naming the dependency and the part to fix first."""
+    bonus = rubric.registry.bonus()
+    out = planted(tmp_path, [POOL_RAISES], "-m", " or ".join(["allocator", "copy_on_write", *(p.id for p in bonus)]))
     assert "FAILED test_new_pool_layout[TINY]: your BlockPool(...) raised RuntimeError: no pool today" in out, out[-3000:]
-    for n in (4, 5):
+    for n in (4, *(p.number for p in bonus)):
         line = part_line(out, n)
         assert re.search(r": 0 passed, \d+ skipped: this test needs a BlockPool first, and your BlockPool\(\.\.\.\) "
                          r"raised RuntimeError: no pool today: fix Part 1 first$", line), line

@@ -61,6 +61,23 @@ def test_mutant_edits_are_exact_and_parts_known():
         compile(hostile.build(h), h.name, "exec")
 
 
+def test_new_code_elsewhere_breaks_no_edit():
+    """Every edit is made inside the function or class it names: a copy of the whole reference appended under
+    other names (every line the corpus edits, twice in the file) breaks no mutant, unseen bug or strategic
+    entry, and the copy is left as it was."""
+    sys.path.insert(0, str(REPO))
+    from grader.selftest import mutants, strategic, unseen
+    text = mutants.reference_text()
+    tops = [name for name in mutants.scopes(text) if "." not in name and name != mutants.HEAD]
+    copy = "".join(text[slice(*mutants.scopes(text)[n])] for n in tops)
+    for name in tops:
+        copy = copy.replace(f"class {name}", f"class {name}Again").replace(f"def {name}(", f"def {name}_again(")
+    doubled = text + "\n\n" + copy
+    for bug in [*mutants.MUTANTS, *unseen.BUGS, *(b for b in strategic.BUGS.values() if not callable(b.edits))]:
+        out = mutants.edited(doubled, bug.edits, bug.name)
+        assert out.endswith(copy) and out[:-len(copy)] == mutants.edited(text, bug.edits, bug.name) + "\n\n", bug.name
+
+
 def test_hostile_attacks_are_grouped_by_family():
     """Every attack stands under a family heading, and the report counts what was contained per family."""
     sys.path.insert(0, str(REPO))
@@ -144,7 +161,7 @@ def test_unseen_bugs_are_new_and_apply():
     sys.path.insert(0, str(REPO))
     from grader.selftest import mutants, unseen
     seen = {mutants.apply(m) for m in mutants.MUTANTS}
-    texts = [unseen.apply(b) for b in unseen.BUGS]
+    texts = [mutants.apply(b) for b in unseen.BUGS]
     assert len(unseen.BUGS) >= 40 and {b.part for b in unseen.BUGS} == set(unseen.PARTS)
     assert not [b.name for b, t in zip(unseen.BUGS, texts) if t in seen]
     assert len(set(texts)) == len(texts)

@@ -1,11 +1,11 @@
-"""The lecture's four demos (CS349E lecture 7) and demo 5 (the bonus), run on your paged_kv.py.
+"""The lecture's four demos (CS349E lecture 7) and demos 5 and 6 (the bonus parts), run on your paged_kv.py.
 
     python lab/demo.py --impl starter [--lang zh]   (what `make demo [LANG=zh]` runs; IMPL=solution
                                                      for the reference)
 
-A demo whose parts are not implemented yet says so and the next one runs; demo 5 says in one line
-that the bonus is not attempted when Part 5 is not there or still the starter's stubs (as make test
-decides it: tools/labtool.py). The words are in demo_text.py: English, or Chinese when --lang (by
+A demo whose parts are not implemented yet says so and the next one runs; demo N of a bonus Part N
+says in one line that the bonus is not attempted when the part is not there or still the starter's
+stubs (as make test decides it: tools/labtool.py). The words are in demo_text.py: English, or Chinese when --lang (by
 default $LANG) starts with "zh".
 """
 import argparse
@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.join(os.path.dirname(HERE), "tools")
 if TOOLS not in sys.path:
     sys.path.append(TOOLS)
-import labtool  # noqa: E402  (what a file's Part 5 is, decided once for make test, make submit and demo 5)
+import labtool  # noqa: E402  (what a file's bonus part is, decided once for make test, make submit and the demos)
 
 
 def demo1_block_table(pk, lab):
@@ -158,13 +158,20 @@ def max_difference(plain, cached):
                for rows_p, rows_c in zip(plain["logits"], cached["logits"]) for p, c in zip(rows_p, rows_c))
 
 
-def demo5_prefix_cache(pk, lab):
-    state = labtool.bonus_state(pk)
+def bonus_ready(pk, lab, part, demo):
+    """Whether a bonus demo can run: else one line says why (the part not attempted, or only some of its
+    names there), decided as make test and make submit decide it (labtool.bonus_state)."""
+    state, n = labtool.bonus_state(pk, part), labtool.registry.number(part)
     if state in labtool.NOT_ATTEMPTED:
-        print(lab.t("demo5.not_attempted", why=lab.t(f"demo5.{state}")))
-        return
-    if state == labtool.BONUS_INCOMPLETE:
-        print(lab.t("demo5.incomplete", problems="; ".join(labtool.bonus_problems(pk))))
+        names = lab.t("bonus.and_no").join(labtool.registry.top_names(part))
+        print(lab.t("bonus.not_attempted", demo=demo.__name__, n=n, why=lab.t(f"bonus.{state}", n=n, names=names)))
+    elif state == labtool.BONUS_INCOMPLETE:
+        print(lab.t("bonus.incomplete", demo=demo.__name__, n=n, problems="; ".join(labtool.bonus_problems(pk, part))))
+    return state == labtool.BONUS_ATTEMPTED
+
+
+def demo5_prefix_cache(pk, lab):
+    if not bonus_ready(pk, lab, "prefix_cache", demo5_prefix_cache):
         return
     lab.print_header(lab.t("demo5.title", system=SYSTEM5, question=QUESTION5, steps=STEPS5, bs=BS5))
     rows = []
@@ -190,10 +197,33 @@ def demo5_prefix_cache(pk, lab):
                            lab.t("observations"))
 
 
+REQUESTS6, PROMPT6, SAMPLES6, NEW6, SLOTS6 = 6, 37, 2, 24, 256
+
+
+def demo6_swap(pk, lab):
+    if not bonus_ready(pk, lab, "swap", demo6_swap):
+        return
+    from scheduler import RECOMPUTE, SWAP, serve
+    T, rng = lab.TINY, np.random.default_rng(6)
+    prompts = [rng.integers(0, T.vocab, PROMPT6) for _ in range(REQUESTS6)]
+    lab.print_header(lab.t("demo6.title", R=REQUESTS6, prompt=PROMPT6, n=SAMPLES6, new=NEW6, slots=SLOTS6))
+    rows = []
+    for B in (4, 8, 16, 32):
+        ample, st = serve(pk, lab.PARAMS, T, prompts, SAMPLES6, NEW6, 2 * REQUESTS6 * SLOTS6 // B, B)
+        out = {how: serve(pk, lab.PARAMS, T, prompts, SAMPLES6, NEW6, SLOTS6 // B, B, how) for how in (SWAP, RECOMPUTE)}
+        swap, rec = out[SWAP][1], out[RECOMPUTE][1]
+        rows.append([B, f"{SLOTS6 // B} ({st['peak']})", swap["preemptions"], f"{swap['out']} + {swap['in']}",
+                     rec["recomputed"], f"{swap['steps']} ({st['steps']})",
+                     f"{lab.same(out[SWAP][0] == ample)} / {lab.same(out[RECOMPUTE][0] == ample)}"])
+    lab.print_table(lab.t("demo6.columns"), rows)
+    lab.print_observations(lab.t("demo6.observations", slots=SLOTS6, n=SAMPLES6), lab.t("observations"))
+
+
 DEMOS = [demo1_block_table, demo2_equivalence, demo3_parallel_sampling, demo4_beam_search]
-# The bonus's demo. tools/build_handout.py drops the line below (it ends with "# bonus") when the course
-# switches the bonus off: then every file gets the lecture's four demos and no word of a fifth.
+# The bonus's demos. tools/build_handout.py drops the lines below (they end with "# bonus") when the course
+# switches the bonus off: then every file gets the lecture's four demos and no word of the others.
 DEMOS.append(demo5_prefix_cache)  # bonus
+DEMOS.append(demo6_swap)  # bonus
 
 
 class _Lab:

@@ -12,6 +12,12 @@ EN = {
     "cannot_import": "Cannot import {path}: {error}",
     "not_implemented": "\n  [{demo}] not implemented yet: needs {parts}. ({error})",
     "crashed": "\n  [{demo}] crashed; it uses {parts}:",
+    # a bonus demo whose part is not attempted (tools/labtool.py decides, as for make test and make submit)
+    "bonus.not_attempted": "\n  [{demo}] bonus not attempted: {why}. Part {n} is extra credit: Parts 1-4 lose nothing.",
+    "bonus.absent": "paged_kv.py defines no {names}",
+    "bonus.and_no": " and no ",
+    "bonus.stubbed": 'its stubs still raise NotImplementedError("TODO Part {n} ...")',
+    "bonus.incomplete": "\n  [{demo}] cannot run: paged_kv.py has only some of Part {n}'s names ({problems}).",
 
     "demo1.parts": "Part 1 (BlockPool) and Part 2 (paged_step)",
     "demo1.title": "Demo 1: how a block table grows (vLLM paper fig. 6: 7-token prompt, block size 4)",
@@ -75,12 +81,6 @@ EN = {
     ],
 
     "demo5.parts": "Parts 1-2, and the bonus Part 5 (PrefixCache, cached_prefill)",
-    "demo5.not_attempted": "\n  [demo5_prefix_cache] bonus not attempted: {why}. Part 5 is extra credit: "
-                           "Parts 1-4 lose nothing.",
-    "demo5.absent": "paged_kv.py defines no PrefixCache and no cached_prefill",
-    "demo5.stubbed": 'its stubs still raise NotImplementedError("TODO Part 5 ...")',
-    "demo5.incomplete": "\n  [demo5_prefix_cache] cannot run: paged_kv.py has only some of the bonus's names "
-                        "({problems}).",
     "demo5.title": "Demo 5: requests sharing a system prompt reuse its cached blocks ({system}-token system prompt "
                    "+ {question}-token question each; prefill one by one, then {steps} decode steps together; "
                    "block size {bs})",
@@ -107,6 +107,26 @@ EN = {
         "requests); vLLM's automatic prefix caching and SGLang's RadixAttention do it for every request and "
         "evict cached blocks nobody holds, least recently used first.",
     ],
+    "demo6.parts": "Parts 1-2 and 4, and the bonus Part 6 (SwapSpace)",
+    "demo6.title": "Demo 6: more requests than the pool holds, served by preempting the latest group (vLLM paper "
+                   "§4.5: {R} requests, a {prompt}-token prompt and {n} samples of {new} tokens each; the pool holds "
+                   "{slots} token slots, the CPU space as many)",
+    "demo6.columns": ["block size B", "pool blocks (an ample pool's peak)", "preemptions", "swapping: blocks out + in",
+                      "recomputation: tokens", "steps (ample pool)", "outputs vs ample pool: swap / recompute"],
+    "demo6.observations": [
+        "An ample pool holds every request at once (its peak in brackets). With {slots} token slots the scheduler admits "
+        "requests while their prompt fits and, when a decode step does not fit, preempts the latest group, all of "
+        "it: its {n} samples share the prompt's blocks, so a group is swapped or recomputed as one.",
+        "Swapping moves blocks: many small ones at small block sizes (the paper's Fig. 19 measures how the cost of "
+        "each transfer makes swapping small blocks slow), a few large ones at large sizes. Recomputation moves "
+        "nothing: it computes the group's tokens again (its prompt and what its samples had) in one prefill, which "
+        "a GPU does fast; how many depends on how many groups were preempted and how far they had got.",
+        "Both ways give the outputs of the ample pool: a resumed group goes on from exactly the K/V it had (swapped "
+        "blocks come back shared as they were, recomputed ones are computed again), and each sample's random draws "
+        "depend only on its request, sample and position.",
+        "Preempted groups come back first come first served, before any new request is admitted: preemption "
+        "delays requests but starves none. Its cost shows in the steps: fewer requests run at once.",
+    ],
 }
 
 ZH = {
@@ -116,6 +136,11 @@ ZH = {
     "cannot_import": "无法导入 {path}：{error}",
     "not_implemented": "\n  [{demo}] 还没有实现：需要 {parts}。（{error}）",
     "crashed": "\n  [{demo}] 运行出错；它用到 {parts}：",
+    "bonus.not_attempted": "\n  [{demo}] 加分题未做：{why}。Part {n} 是额外加分：Part 1-4 不受任何影响。",
+    "bonus.absent": "paged_kv.py 没有定义 {names}",
+    "bonus.and_no": "，也没有定义 ",
+    "bonus.stubbed": '它的桩函数仍在抛出 NotImplementedError("TODO Part {n} ...")',
+    "bonus.incomplete": "\n  [{demo}] 无法运行：paged_kv.py 只有 Part {n} 的一部分名字（{problems}）。",
 
     "demo1.parts": "Part 1（BlockPool）和 Part 2（paged_step）",
     "demo1.title": "演示 1：块表怎样随 decode 增长（vLLM 论文图 6：7 个 token 的提示，块大小 4）",
@@ -169,10 +194,6 @@ ZH = {
     ],
 
     "demo5.parts": "Part 1–2，以及加分题 Part 5（PrefixCache、cached_prefill）",
-    "demo5.not_attempted": "\n  [demo5_prefix_cache] 加分题未做：{why}。Part 5 是额外加分：Part 1-4 不受任何影响。",
-    "demo5.absent": "paged_kv.py 没有定义 PrefixCache，也没有定义 cached_prefill",
-    "demo5.stubbed": '它的桩函数仍在抛出 NotImplementedError("TODO Part 5 ...")',
-    "demo5.incomplete": "\n  [demo5_prefix_cache] 无法运行：paged_kv.py 只有加分题的一部分名字（{problems}）。",
     "demo5.title": "演示 5：共享系统提示的请求复用缓存里的块"
                    "（系统提示 {system} 个 token + 每个请求 {question} 个 token 的问题；"
                    "逐个 prefill，再一起 decode {steps} 步；块大小 {bs}）",
@@ -193,6 +214,24 @@ ZH = {
         "输出和不用缓存时完全相同：命中复用的正是该请求本来会算出的 K/V。这是 vLLM 论文说的第三种共享"
         "（§4.4，跨请求共享前缀）；vLLM 的自动前缀缓存和 SGLang 的 RadixAttention 对每个请求都这样做，"
         "并按最近最少使用的顺序淘汰没人持有的缓存块。",
+    ],
+    "demo6.parts": "Part 1–2 和 4，以及加分题 Part 6（SwapSpace）",
+    "demo6.title": "演示 6：请求比池能同时容纳的多，调度器靠抢占最近接纳的组来服务（vLLM 论文 §4.5：{R} 个请求，"
+                   "每个有 {prompt} 个 token 的提示和 {n} 个样本、各生成 {new} 个 token；池有 {slots} 个 token 槽位，"
+                   "CPU 空间一样多）",
+    "demo6.columns": ["块大小 B", "池的块数（充足的池的峰值）", "抢占次数", "换出：换出 + 换入的块", "重算：token 数",
+                      "步数（充足的池）", "输出 vs 充足的池：换出 / 重算"],
+    "demo6.observations": [
+        "充足的池能同时容纳所有请求（括号里是它的峰值）。只有 {slots} 个 token 槽位时，调度器在提示放得下时接纳请求；"
+        "某一步 decode 放不下时，就抢占最近接纳的那一组，整组一起：它的 {n} 个样本共享提示的块，所以一组要么一起"
+        "换出，要么一起重算。",
+        "换出搬运的是块：块小时块多而小（论文的图 19 测到，每次搬运的开销让小块的换出很慢），块大时块少而大。"
+        "重算什么都不搬运：它用一次 prefill 把这一组的 token（提示和样本已生成的部分）重新算一遍，GPU 做这件事很快；"
+        "要算多少，取决于抢占了几组、它们已经走了多远。",
+        "两种方式的输出都和充足的池完全相同：恢复的组从它原来的 K/V 接着走（换回的块像原来一样共享，重算的块重新"
+        "算出），而每个样本的随机数只取决于它的请求、样本编号和位置。",
+        "被抢占的组按先来先服务恢复，优先于任何新请求：抢占只会推迟请求，不会让任何请求饿死。代价体现在步数上："
+        "同时运行的请求更少。",
     ],
 }
 

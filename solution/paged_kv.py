@@ -5,6 +5,7 @@ Part 2 PagedSequence + paged_step: K/V written and read through a block table.
 Part 3 blockwise_attention: the vLLM paper's eq. 4, one block at a time.
 Part 4 fork + lazy copy-on-write in reserve.
 Part 5 (bonus) PrefixCache + cached_prefill: full blocks cached by their whole prefix, LRU eviction.
+Part 6 (bonus) SwapSpace: a preempted group's blocks copied to CPU blocks and back, sharing kept.
 """
 import heapq
 import math
@@ -315,3 +316,80 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     cache.n_hit_tokens += len(hits) * pool.block_size
     cache.insert(prompt, seq.blocks)
     return logits
+
+
+# ---------------------------------------------------------------- Part 6 (bonus): preemption by swapping
+class SwapSpace:
+    """CPU blocks a preempted group's K/V waits in: swap_out copies each distinct block of the group
+    once and gives the group's references back; swap_in takes one pool block per CPU block again, in
+    order of first appearance, so the blocks the group shared come back shared."""
+
+    def __init__(self, pool, n_blocks):
+        n_blocks = _as_int(n_blocks, "n_blocks")
+        if n_blocks < 1:
+            raise ValueError(f"need n_blocks >= 1, got {n_blocks}")
+        self.pool, self.n_blocks = pool, n_blocks
+        cfg = pool.cfg
+        shape = (cfg.n_layers, n_blocks, pool.block_size, cfg.n_heads, cfg.d_head)
+        self.k = np.zeros(shape)
+        self.v = np.zeros(shape)
+        self.n_out = self.n_in = 0
+        self._cpu_free = list(range(n_blocks))      # CPU blocks holding nothing, lowest first
+        self._out = {}                              # handle -> (lengths, tables of CPU block ids)
+
+    @property
+    def n_free(self):
+        return len(self._cpu_free)
+
+    def swap_out(self, seqs):
+        """Copy the group's distinct blocks to CPU blocks, give back every table entry, empty the group."""
+        seqs = list(seqs)
+        if not seqs or len({id(s) for s in seqs}) < len(seqs):
+            raise ValueError("swap_out needs a non-empty list of distinct sequences")
+        if any(s.pool is not self.pool for s in seqs):
+            raise ValueError("every sequence must be of this swap space's pool")
+        distinct = list(dict.fromkeys(b for s in seqs for b in s.blocks))
+        if len(distinct) > self.n_free:
+            raise MemoryError(f"the group holds {len(distinct)} blocks, {self.n_free} CPU blocks are free")
+        cpu = {b: self._cpu_free.pop(0) for b in distinct}
+        for b, c in cpu.items():
+            self.k[:, c], self.v[:, c] = self.pool.k[:, b], self.pool.v[:, b]
+        self.n_out += len(cpu)
+        handle = object()
+        self._out[handle] = [(s.length, [cpu[b] for b in s.blocks]) for s in seqs]
+        for s in seqs:
+            for b in s.blocks:
+                self.pool.decref(b)
+            s.blocks, s.length = [], 0
+        return handle
+
+    def swap_in(self, handle):
+        """New sequences of the pool holding the group again, in swap_out's order; the handle is used up."""
+        try:
+            group = self._out.get(handle)
+        except TypeError:           # an unhashable object is no handle of ours
+            group = None
+        if group is None:
+            raise ValueError("not a handle of this swap space, or swapped in already")
+        order = list(dict.fromkeys(c for _, table in group for c in table))
+        if len(order) > self.pool.n_free:
+            raise MemoryError(f"the group needs {len(order)} blocks, the pool has {self.pool.n_free} free")
+        new = {}
+        for c in order:
+            b = new[c] = self.pool.alloc()
+            self.pool.k[:, b], self.pool.v[:, b] = self.k[:, c], self.v[:, c]
+        self.n_in += len(order)
+        seqs = []
+        for length, table in group:
+            seq = PagedSequence(self.pool)
+            seq.blocks, seq.length = [new[c] for c in table], length
+            seqs.append(seq)
+        seen = set()
+        for _, table in group:
+            for c in table:
+                if c in seen:
+                    self.pool.incref(new[c])
+                seen.add(c)
+        self._cpu_free = sorted(self._cpu_free + order)
+        del self._out[handle]
+        return seqs

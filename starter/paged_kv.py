@@ -7,11 +7,14 @@ Part 3  blockwise_attention  the vLLM paper's eq. 4, one block at a time
 Part 4  PagedSequence.fork   sharing, and lazy copy-on-write inside `reserve`
 Part 5  PrefixCache,         (bonus, extra credit) a shared prefix across requests: full blocks
         cached_prefill       cached by content, reused by later prompts, evicted least recently used
+Part 6  SwapSpace            (bonus, extra credit) preemption by swapping: a group's blocks copied
+                             to CPU blocks and back, the blocks it shared shared again
 
 assignment.md is the specification: "The rules at a glance" lists every graded rule, and the
 section named in each docstring below states it in full, with examples. Every function raises
 NotImplementedError("TODO Part N: ..."); replace the body, keep the name and the arguments.
-Part 5 is a bonus: leave its stubs as they are to skip it ("bonus not attempted"; Parts 1-4 lose nothing).
+Part 5 and Part 6 are bonuses: leave a bonus part's stubs as they are to skip it ("bonus not
+        attempted"; Parts 1-4 lose nothing).
 You may add helper functions, classes, attributes and private methods. Use only numpy, the
 standard library and the lab modules imported here.
 
@@ -257,3 +260,59 @@ def cached_prefill(params, cfg, seq, prompt, cache):
       6. cache.n_hit_tokens += len(hits) * B; cache.insert(prompt, seq.blocks); return the logits.
     """
     raise NotImplementedError("TODO Part 5 (bonus): cached_prefill")
+
+
+# ============================================== Part 6 (bonus): preemption by swapping
+class SwapSpace:
+    """CPU memory for the blocks of preempted sequence groups (a sequence and its forks, which share
+    blocks): swap_out copies a group's blocks here and gives them back to the pool; swap_in takes
+    pool blocks again and copies them back. Its `k` and `v` have the pool's layout, with n_blocks
+    CPU blocks: [L, n_blocks, B, H, Dh]. Uses only pool.alloc, incref, decref, n_free and pool.k,
+    pool.v (and PagedSequence(pool) for the sequences swap_in returns).
+    assignment.md, "Part 6 (bonus): preemption by swapping".
+    """
+
+    def __init__(self, pool, n_blocks):
+        """Set `pool`, `n_blocks`, `n_out = n_in = 0` (blocks copied out / in, ever), and the CPU
+        storage `self.k`, `self.v`: two separate float64 zero arrays [L, n_blocks, B, H, Dh]
+        (L, H, Dh from pool.cfg, B = pool.block_size). Every CPU block is free."""
+        raise NotImplementedError("TODO Part 6 (bonus): SwapSpace.__init__")
+
+    @property
+    def n_free(self):
+        """The number of CPU blocks holding nothing. A plain attribute kept up to date works too."""
+        raise NotImplementedError("TODO Part 6 (bonus): SwapSpace.n_free")
+
+    def swap_out(self, seqs):
+        """Preempt a group: copy its blocks to CPU blocks, give its references back, empty it. Returns
+        a handle (any object of your choice) for swap_in.
+
+          1. ValueError, nothing changed: `seqs` empty, a sequence twice in it, or a sequence whose
+             pool is not this space's pool.
+          2. d = the number of DISTINCT block ids in the tables of `seqs` (forks share blocks: a
+             block held by 3 forks counts once). d > self.n_free: MemoryError, nothing changed.
+          3. Copy each distinct block's K and V (every layer, the whole block) into a free CPU block
+             of its own (n_out += d); remember every table (lengths, and which CPU block each entry
+             names) under the handle.
+          4. pool.decref every table ENTRY once (a block 3 forks share: 3 decrefs). A block someone
+             outside the group holds too (another sequence, the prefix cache) stays theirs.
+          5. Every sequence of the group: blocks = [], length = 0.
+        """
+        raise NotImplementedError("TODO Part 6 (bonus): SwapSpace.swap_out")
+
+    def swap_in(self, handle):
+        """Resume a group: return NEW PagedSequences of the pool holding it again, in swap_out's order.
+
+          1. ValueError, nothing changed: `handle` is not one this space returned, or it was swapped
+             in already.
+          2. d = the number of distinct CPU blocks of the group. d > pool.n_free: MemoryError,
+             nothing changed, and the handle is still good (try again once blocks are free).
+          3. One pool.alloc() per distinct CPU block, in order of first appearance (sequence 0's
+             table from its first entry, then sequence 1's, ...), its K and V copied back
+             (n_in += d); then one pool.incref for every further table entry naming it, so blocks
+             the group shared come back shared (refcount = the entries naming them).
+          4. The CPU blocks are free again; the new sequences have the old lengths and tables of the
+             same shape (other ids). Decoding them gives the logits the group would have given
+             had it never left.
+        """
+        raise NotImplementedError("TODO Part 6 (bonus): SwapSpace.swap_in")

@@ -55,6 +55,11 @@ PARTS = (
           [("class", "PrefixCache", ("pool",)), ("function", "cached_prefill", ("params", "cfg", "seq", "prompt", "cache")),
            ("method", "PrefixCache.lookup", ("tokens",)), ("method", "PrefixCache.insert", ("tokens", "blocks")),
            ("method", "PrefixCache.evict", ("n",)), ("property", "PrefixCache.n_cached", ())], bonus=True),
+    _part("swap", 6, "preemption by swapping", "通过换出实现抢占",
+          "a preempted group's blocks swapped to CPU blocks and back, sharing kept",
+          "被抢占的组的块换出到 CPU 块再换回，共享保持不变",
+          [("class", "SwapSpace", ("pool", "n_blocks")), ("method", "SwapSpace.swap_out", ("seqs",)),
+           ("method", "SwapSpace.swap_in", ("handle",)), ("property", "SwapSpace.n_free", ())], bonus=True),
 )
 
 # Every check: (part, check, points, English title, Chinese title), grouped by part, in the order
@@ -134,6 +139,22 @@ _CHECKS = [
      "池满：cached_prefill 恰好淘汰差额，绝不淘汰命中的块；否则 MemoryError，什么都不变"),
     ("prefix_cache", "errors", 1, "bad calls of cached_prefill, insert and evict: ValueError, nothing changed",
      "错误地调用 cached_prefill、insert 和 evict：ValueError，什么都不变"),
+
+    ("swap", "layout", 1, "a new SwapSpace: attributes, CPU storage shape, dtype and zeros, n_free and the counters, for "
+                          "any Config",
+     "新建的 SwapSpace：属性、CPU 存储的形状、dtype 和全零、n_free 和计数器，任意 Config"),
+    ("swap", "swap_out", 1, "swap_out: each distinct block copied once (n_out, n_free), every table entry given back "
+                            "once, the group left empty",
+     "swap_out：每个不同的块只复制一次（n_out、n_free），每个块表条目归还一次，整组变空"),
+    ("swap", "swap_in", 1, "swap_in: tables of the same shape (shared blocks shared again), lengths, the test's K/V "
+                           "read back, blocks taken in order of first appearance, n_in",
+     "swap_in：形状相同的块表（共享过的块重新共享）、长度、读回测试存入的 K/V、按首次出现的顺序取块、n_in"),
+    ("swap", "all_or_nothing", 1, "a group that does not fit (the CPU blocks, or the pool's on swap_in): MemoryError, "
+                                  "nothing changed, the handle still good",
+     "放不下的组（CPU 块不够，或 swap_in 时池的块不够）：MemoryError，什么都不变，句柄仍然有效"),
+    ("swap", "errors", 1, "bad calls of swap_out and swap_in (an empty, repeated or foreign group, a handle used or not "
+                          "this space's): ValueError, nothing changed",
+     "错误地调用 swap_out 和 swap_in（空的、重复的或别的池的组，用过的或不是这个空间的句柄）：ValueError，什么都不变"),
 ]
 
 CHECKS = {f"{part}.{cid}": Check(f"{part}.{cid}", part, points, title, title_zh)

@@ -817,3 +817,91 @@ def unshared_records(actions, reply):
                     "kv": [kv[j] for j in seqs]})
         first = last + 1
     return out
+
+
+# ------------------------------------------------------------------------------------ Part 6 (bonus)
+def renamed(tables):
+    """Block tables up to renaming: each id replaced by the place of its first appearance (sequence 0's
+    table first), so which ids the pool handed out (Part 1's) changes nothing, while which entries name
+    one block (the sharing) shows."""
+    names = {}
+    return [[names.setdefault(b, len(names)) for b in table] for table in tables]
+
+
+def swap_references(tables, held, refcounts):
+    """[[id, refcount minus its holders]] for every block whose refcount is not the number of table
+    entries and test-held blocks naming it (Part 6's scripts hold no other reference), or a sentence
+    when a table names an id outside the pool."""
+    try:
+        extra = cache_references(tables, held, refcounts)
+    except ValueError as e:
+        return str(e)
+    return [[b, r] for b, r in enumerate(extra) if r != 0]
+
+
+def part6_view(result):
+    """The Part 6 observables of a swap_script result, one row per action: the error's kind; every
+    sequence's table up to renaming and its length; the references that are not the tables' and the
+    test's (swap_references); the space's n_free, n_out and n_in; for a swap_in that succeeded, what it
+    returned ("returned": the tables up to renaming and lengths of its sequences, whether each is of
+    the pool, and "taken": each id pool.alloc handed out during the call named by the place of its
+    first appearance in those tables, so [0, 1, ..., d - 1] when the blocks were taken in that order);
+    for an action that raised, whether it changed anything. Raises ValueError on records of another form."""
+    rows, before = [], None
+    for rec in result["records"]:
+        op, error = rec["op"], rec["error"]
+        row = {"error": error_kind(error), "tables": renamed(rec["tables"]), "lengths": rec["lengths"],
+               "references": swap_references(rec["tables"], rec["held"], rec["refcounts"]),
+               **{k: rec[k] for k in ("n_free", "n_out", "n_in")}}
+        if op[0] == "swap_in" and error is None:
+            got = rec["result"]
+            tables = [rec["tables"][s] for s in got["seqs"]]
+            order = {b: i for i, b in enumerate(dict.fromkeys(b for t in tables for b in t))}
+            row["returned"] = {"tables": renamed(tables), "lengths": [rec["lengths"][s] for s in got["seqs"]],
+                               "same_pool": got["same_pool"],
+                               "taken": None if got["taken"] is None else [order.get(b, f"id {b}") for b in got["taken"]]}
+        if error is not None and before is not None:
+            row["unchanged"] = all(before[k] == rec[k] for k in ("tables", "lengths", "held", "refcounts", "n_free",
+                                                                   "n_out", "n_in"))
+        rows.append(row)
+        before = rec
+    return rows
+
+
+_SAID_SWAP = {
+    "fork": "the test makes seq {n} sharing every block of seq {0} (pool.incref each)",
+    "branch": "the test makes seq {n} sharing the first {1} blocks of seq {0}, then {2} positions in blocks of its own",
+    "free": "the test gives back seq {0}'s blocks (pool.decref each) and empties it",
+    "hold": "the test takes {0} blocks (pool.alloc)",
+    "hold_until": "the test takes blocks until n_free is {0}",
+    "unhold": "the test gives back the blocks it took",
+    "scribble": "the test takes every free block, overwrites its K/V and gives it back (the pool reuses freed blocks)",
+    "read": "every sequence's K/V read through its table",
+}
+
+
+def describe_swap_actions(records):
+    """Part 6's script actions as the calls they stand for, each sequence by its number ("seq 3"); a
+    swap_in's sequences are numbered as they come back (from the records: how many it returned)."""
+    out, n, handles = [], 0, 0
+    for rec in records:
+        op, *args = rec["op"]
+        if op == "seq":
+            text = f"the test makes seq {n} of {args[0]} positions in blocks of its own (pool.alloc)"
+        elif op == "swap_out":
+            group = ", ".join("a sequence of another pool" if s == "other" else f"seq {s}" for s in args[0])
+            text = f"handle {handles} = swap_out([{group}])"
+        elif op == "swap_in":
+            what = {"made_up": "an object no space returned", "other": "a handle of another SwapSpace of the pool"}
+            text = f"swap_in({what.get(args[0], f'handle {args[0]}')})"
+            got = rec.get("result")
+            if rec.get("error") is None and isinstance(got, dict) and isinstance(got.get("seqs"), list):
+                text += f" (its sequences are seqs {n} to {n + len(got['seqs']) - 1})" if got["seqs"] else ""
+                n += len(got["seqs"])
+        else:
+            text = _SAID_SWAP.get(op, op).format(*args, n=n)
+        if op in ("seq", "fork", "branch") and rec.get("error") is None:
+            n += 1
+        handles += op == "swap_out" and rec.get("error") is None
+        out.append(text)
+    return out

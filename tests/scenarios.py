@@ -77,7 +77,8 @@ class Unbuilt(Exception):
         self.what, self.kind, self.part = what, error_kind(e), UNBUILT[what]
 
 
-UNBUILT = {"BlockPool": 1, "PagedSequence": 2}      # what a scenario may fail to build -> the part that owns it
+# What a scenario may fail to build (a contract class) -> the part that owns it
+UNBUILT = {n.dotted: p.number for p in registry.PARTS for n in p.names if n.kind == "class"}
 
 
 def build(what, fn, *args):
@@ -142,7 +143,7 @@ def _storage_float64(pool, cfg, n_blocks, block_size):
 def fresh_sequence(pk, pool):
     """PagedSequence(pool) as a part other than Part 2 uses one: built by the implementation, then set
     empty through the contract's attributes (blocks, length), so a constructor's bug, Part 2's, does
-    not reach Parts 4 and 5 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
+    not reach Parts 4, 5 and 6 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
     seq = build("PagedSequence", pk.PagedSequence, pool)
     seq.blocks, seq.length = [], 0
     return seq
@@ -1146,17 +1147,15 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
 
 
 # ------------------------------------------------------------------------ Part 5 (bonus) scenario
-BONUS_TODO = tuple(registry.todo_prefix(p.id) for p in registry.bonus())   # "TODO Part 5", what the bonus stubs raise
 
 
-def bonus_stub(pk, part=None):
-    """The NotImplementedError the starter's stubs of a bonus part (default: the first) raise, when
+def bonus_stub(pk, part):
+    """The NotImplementedError the starter's stubs of a bonus part raise, when
     every entry point of the part (registry.py's names) still raises one; None when any is written
     (or the part is not there). Decided from what the code does, never its text: each entry point
     is called on placeholders, methods and properties on an instance whose __init__ never ran, so a
     stub raises before it reads anything and written code fails (or returns) at once, touching
-    nothing of the student's. make test, make submit, demo 5 and the grader all ask this."""
-    part = part or registry.bonus()[0].id
+    nothing of the student's. make test, make submit, the bonus demos and the grader all ask this."""
     todo, calls, bare = registry.todo_prefix(part), [], {}
     for name in registry.BY_ID[part].names:
         top = getattr(pk, name.dotted.split(".")[0], None)
@@ -1237,7 +1236,7 @@ class PrefixRun:
     def __init__(self, pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, twin=True, ledger=None):
         self.pk, self.cfg, self.n_blocks, self.B, self.twin = pk, config(cfg), n_blocks, block_size, twin
         self.prm = params(self.cfg, param_seed)
-        stub = bonus_stub(pk)
+        stub = bonus_stub(pk, "prefix_cache")
         if stub is not None:    # Part 5 left as the starter's stubs: said so, even when Part 1 is unfinished too
             raise stub
         self.pool = working_pool(pk, self.cfg, n_blocks, block_size, ledger)   # as its twin's (a step_script) storage
@@ -1505,6 +1504,182 @@ def prefix_twin(cfg, param_seed, n_blocks, block_size, chain, pokes):
                             "block_size": B, "actions": actions}]
 
 
+# ------------------------------------------------------------------------ Part 6 (bonus) scenario
+def swap_script(pk, cfg=None, n_blocks=16, block_size=4, cpu_blocks=8, actions=(), ledger=None):
+    """Part 6's scripts: groups of sequences the test builds itself (their blocks taken with pool.alloc
+    and shared with pool.incref, their K/V stored by the test: no paged_step, no fork), swapped out and
+    in through one SwapSpace(pool, cpu_blocks). Returns {"layout": the new space's attributes and
+    storage, "records": one per action}.
+
+    Sequences are numbered in the order they appear: ["seq", n, seed] (a new sequence of n positions in
+    ceil(n / B) blocks of its own, random K/V), ["fork", s] (a new sequence sharing all of s's blocks,
+    each incref'd, s's length), ["branch", s, k, n, seed] (a new sequence sharing s's first k blocks,
+    which are full, then n positions in blocks of its own), ["swap_out", [s, ...]] (result: the
+    handle's number h; "other" in the list is a sequence of another pool), ["swap_in", h] (the
+    sequences it returns are the next ones; result: {"seqs": their numbers, "same_pool": whether each
+    is of the pool, "taken": the ids pool.alloc returned during the call, in order, "kv": each one's K/V
+    read through its table}; h = "made_up" is an object no space returned, "other" a handle of another
+    SwapSpace of the pool), ["free", s] (the test decrefs s's blocks and empties it), ["hold", n],
+    ["hold_until", k] (the test takes blocks until n_free == k), ["unhold"], ["scribble", seed] (the test
+    takes every free block, overwrites its K/V and gives it back: the pool reuses what a swap_out
+    freed), ["read"] (result: every sequence's K/V). After every action: every sequence's table and
+    length, the blocks the test holds, every refcount, and the space's n_free, n_out and n_in."""
+    run = SwapRun(pk, cfg, n_blocks, block_size, cpu_blocks, ledger)
+    for action in actions:
+        run.call(action)
+    return {"layout": run.layout, "records": run.records}
+
+
+class SwapRun:
+    """swap_script one action at a time (Part 6's public tests call it directly)."""
+
+    def __init__(self, pk, cfg=None, n_blocks=16, block_size=4, cpu_blocks=8, ledger=None):
+        self.pk, self.cfg, self.B = pk, config(cfg), block_size
+        stub = bonus_stub(pk, "swap")
+        if stub is not None:    # Part 6 left as the starter's stubs: said so, even when Part 1 is unfinished too
+            raise stub
+        self.pool = working_pool(pk, self.cfg, n_blocks, block_size, ledger)
+        self.taken = self._watch_alloc()
+        self.space = build("SwapSpace", pk.SwapSpace, self.pool, cpu_blocks)
+        self.layout = swap_layout(self.space, self.pool, self.cfg, cpu_blocks)
+        self.seqs, self.handles, self.held, self.records = [], [], [], []
+        self.calls = {"seq": self.new, "fork": self.fork, "branch": self.branch, "swap_out": self.swap_out,
+                      "swap_in": self.swap_in, "free": self.free, "hold": self.hold, "hold_until": self.hold_until,
+                      "unhold": self.unhold, "scribble": self.scribble,
+                      "read": lambda: [gathered_kv(s) for s in self.seqs]}
+
+    def _watch_alloc(self):
+        """The ids the pool's alloc returns, in order (a list the test empties before a swap_in), or None
+        when the pool's alloc cannot be watched. Watched from before the space is made, so a space that
+        keeps pool.alloc from its __init__ is watched too."""
+        taken, alloc = [], self.pool.alloc
+
+        def watched():
+            b = alloc()
+            taken.append(as_int(b))
+            return b
+        try:
+            self.pool.alloc = watched
+        except Exception:  # noqa: BLE001  (a pool without room for the attribute: nothing is watched)
+            return None
+        return taken
+
+    def call(self, action):
+        op, *args = action
+        result, error = attempt(self.calls[op], *args)
+        space = self.space
+        self.records.append({"op": [op, *args], "result": result, "error": error,
+                             "tables": [[as_int(b) for b in s.blocks] for s in self.seqs],
+                             "lengths": [as_int(s.length) for s in self.seqs],
+                             "held": [as_int(b) for b in self.held], "refcounts": refcounts(self.pool),
+                             "n_free": observe(lambda: space.n_free), "n_out": observe(lambda: space.n_out),
+                             "n_in": observe(lambda: space.n_in)})
+        return self.records[-1]
+
+    def _adopt(self, blocks, length):
+        seq = fresh_sequence(self.pk, self.pool)
+        seq.blocks, seq.length = list(blocks), length
+        self.seqs.append(seq)
+        return len(self.seqs) - 1
+
+    def _own(self, start, n, seed, shared=()):
+        """blocks for positions start..start+n-1 (the test's), after `shared`; all or none."""
+        got = []
+        try:
+            for _ in range(-(-(start + n) // self.B) - len(shared)):
+                got.append(self.pool.alloc())
+        except MemoryError:
+            for b in got:
+                self.pool.decref(b)
+            raise
+        put_kv(self.pool, list(shared) + got, start, n, seed)
+        return got
+
+    def new(self, n, seed):
+        return self._adopt(self._own(0, n, seed), n)
+
+    def fork(self, s):
+        for b in self.seqs[s].blocks:
+            self.pool.incref(b)
+        return self._adopt(self.seqs[s].blocks, self.seqs[s].length)
+
+    def branch(self, s, k, n, seed):
+        shared = list(self.seqs[s].blocks[:k])
+        own = self._own(k * self.B, n, seed, shared)
+        for b in shared:
+            self.pool.incref(b)
+        return self._adopt(shared + own, k * self.B + n)
+
+    def swap_out(self, group):
+        seqs = [self._other_seq() if s == "other" else self.seqs[s] for s in group]
+        self.handles.append(self.space.swap_out(seqs))
+        return len(self.handles) - 1
+
+    def _other_seq(self):
+        """A sequence of another pool, holding one block of it."""
+        other = new_pool(self.pk, self.cfg, 2, self.B)
+        seq = fresh_sequence(self.pk, other)
+        seq.blocks, seq.length = [other.alloc()], 1
+        return seq
+
+    def swap_in(self, h):
+        if h == "made_up":
+            handle = object()
+        elif h == "other":      # a true handle, of another space of the same pool (it swaps out an empty sequence)
+            handle = build("SwapSpace", self.pk.SwapSpace, self.pool, 1).swap_out([fresh_sequence(self.pk, self.pool)])
+        else:
+            handle = self.handles[h]
+        if self.taken is not None:
+            self.taken.clear()
+        back = self.space.swap_in(handle)
+        taken = None if self.taken is None else list(self.taken)
+        back = list(back)
+        first = len(self.seqs)
+        self.seqs += back
+        return {"seqs": list(range(first, len(self.seqs))), "same_pool": [s.pool is self.pool for s in back],
+                "taken": taken, "kv": [gathered_kv(s) for s in back]}
+
+    def free(self, s):
+        seq = self.seqs[s]
+        for b in seq.blocks:
+            self.pool.decref(b)
+        seq.blocks, seq.length = [], 0
+
+    def hold(self, n):
+        for _ in range(n):
+            self.held.append(self.pool.alloc())
+
+    def hold_until(self, k):
+        for _ in range(self.pool.n_blocks):      # bounded: a pool whose n_free never falls cannot hang the test
+            if not as_int(self.pool.n_free) > k:
+                break
+            self.held.append(self.pool.alloc())
+
+    def unhold(self):
+        while self.held:
+            self.pool.decref(self.held.pop())
+
+    def scribble(self, seed):
+        got = []
+        for _ in range(self.pool.n_blocks):
+            if not as_int(self.pool.n_free) > 0:
+                break
+            got.append(self.pool.alloc())
+        put_kv(self.pool, got, 0, len(got) * self.B, seed)
+        for b in got:
+            self.pool.decref(b)
+
+
+def swap_layout(space, pool, cfg, cpu_blocks):
+    """A new SwapSpace's attributes and storage."""
+    k, v = np.asarray(space.k), np.asarray(space.v)
+    return {"n_blocks": as_int(space.n_blocks), "same_pool": space.pool is pool,
+            "k_shape": list(k.shape), "v_shape": list(v.shape), "k_dtype": str(k.dtype), "v_dtype": str(v.dtype),
+            "zeros": bool(not k.any() and not v.any()), "distinct": k is not v and not np.shares_memory(k, v),
+            "n_free": observe(lambda: space.n_free), "n_out": observe(lambda: space.n_out),
+            "n_in": observe(lambda: space.n_in)}
+
+
 def batch(pk, calls=()):
     """Several scenarios in one worker: [[name, inputs], ...] -> their results in order; a scenario
     that could not build what it needs (Unbuilt) gives {"unbuilt": its name, "kind": the error's kind}."""
@@ -1518,4 +1693,4 @@ def batch(pk, calls=()):
 
 
 SCENARIOS = {f.__name__: f for f in (pool_layout, pool_script, step_script, sharing_script, blockwise, sampling,
-                                       beams, prefix_script, batch)}
+                                       beams, prefix_script, swap_script, batch)}

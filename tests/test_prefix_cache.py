@@ -15,7 +15,7 @@ pytestmark = pytest.mark.prefix_cache
 
 @pytest.fixture(autouse=True)
 def _bonus(pk):
-    bonus_attempted(pk)
+    bonus_attempted(pk, "prefix_cache")
 
 
 A = tokens(13, 50)                    # 3 full blocks and 1 token

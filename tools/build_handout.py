@@ -76,20 +76,20 @@ def bonus_on():
 
 
 def without_bonus_markdown(text):
-    """An edition of the assignment without the bonus: every region between a line `<!-- bonus -->`
-    and a line `<!-- /bonus -->` goes, with the line break before it (regions start right after a
-    line)."""
-    return re.sub(r"\n<!-- bonus -->\n.*?<!-- /bonus -->\n", "\n", text, flags=re.S)
+    """An edition of the assignment without the bonus: every region from a line `<!-- bonus -->` to
+    the next line `<!-- /bonus -->` goes, the two lines included (regions may follow each other)."""
+    return re.sub(r"^<!-- bonus -->\n.*?^<!-- /bonus -->\n", "", text, flags=re.S | re.M)
 
 
 def without_bonus_python(text):
-    """The starter without the bonus: its closing sections, from the first bonus part's to the end
-    (the bonus parts come last), and the module docstring's lines that start with "Part N" of a
-    bonus part (with their indented continuation lines)."""
+    """The starter without the bonus: its closing sections, from the first bonus part's banner
+    (`# ===... Part N (bonus): ...`) to the end (the bonus parts come last), and the module
+    docstring's lines that start with "Part N" of a bonus part, with the indented lines that follow
+    them (however deep)."""
     if not BONUS_NUMBERS:
         return text
     text = re.sub(rf"\n\n+# =+ Part (?:{BONUS_NUMBERS}) \(bonus\).*\Z", "\n", text, flags=re.S)
-    return re.sub(rf"^Part (?:{BONUS_NUMBERS})\b.*\n(?: {{8}}\S.*\n)*", "", text, flags=re.M)
+    return re.sub(rf"^Part (?:{BONUS_NUMBERS})\b.*\n(?: +\S.*\n)*", "", text, flags=re.M)
 
 
 def contents(src, name, bonus):

@@ -64,7 +64,6 @@ FUNCTIONS, CLASSES, MOVED, REEXPORTS = _contract(registry.core())
 # The bonus parts' names are optional. A file without any of them (written before the bonus
 # existed) is checked, tested and submitted exactly as before; a file with some is told what is wrong.
 BONUS_PARTS = tuple(p.id for p in registry.bonus())
-BONUS_PART = BONUS_PARTS[0] if BONUS_PARTS else None      # the one bonus_state() decides by default
 
 
 class ImplError(Exception):
@@ -128,7 +127,7 @@ def missing_names(module):
     return problems
 
 
-def bonus_problems(module, part=BONUS_PART):
+def bonus_problems(module, part):
     """None when the module defines no name of the bonus part (not attempted), else the problems
     with its names, as missing_names words them (an empty list: all there)."""
     functions, classes, moved, _ = _contract([registry.BY_ID[part]])
@@ -137,7 +136,7 @@ def bonus_problems(module, part=BONUS_PART):
     return _name_problems(module, functions, classes, moved)
 
 
-# What a file's bonus part is, for make test, make submit and demo 5 alike (the grader decides the
+# What a file's bonus part is, for make test, make submit and the bonus demos alike (the grader decides the
 # same from what the sandbox reports: grader/grade.py, bonus_stubbed).
 BONUS_ABSENT = "absent"            # none of its names: written before the part existed, or without it
 BONUS_INCOMPLETE = "incomplete"    # some of its names missing or not callable as the contract does
@@ -147,9 +146,9 @@ NOT_ATTEMPTED = (BONUS_ABSENT, BONUS_STUBBED)      # the states that are "bonus 
 CORE_SPAN = f"Parts {registry.core()[0].number}-{registry.core()[-1].number}"     # "Parts 1-4": the 100 points
 
 
-def not_attempted(state, part=BONUS_PART):
+def not_attempted(state, part):
     """The one reason a bonus part not attempted gives, everywhere (make test's skips, make check and
-    submit, demo 5), in the registry's words for that part; None for a state that is an attempt."""
+    submit, the bonus demos), in the registry's words for that part; None for a state that is an attempt."""
     if state == BONUS_ABSENT:
         return f"bonus not attempted: paged_kv.py defines no {' and no '.join(registry.top_names(part))}"
     if state == BONUS_STUBBED:
@@ -157,7 +156,7 @@ def not_attempted(state, part=BONUS_PART):
     return None
 
 
-def bonus_state(module, part=BONUS_PART):
+def bonus_state(module, part):
     """BONUS_ABSENT, BONUS_INCOMPLETE, BONUS_STUBBED or BONUS_ATTEMPTED, decided from what the module
     defines and does, not from its text: a stub is a function that raises the starter's TODO
     (scenarios.bonus_stub, which the grader's sandbox runs too)."""
@@ -178,7 +177,7 @@ def _scenarios():
     return scenarios
 
 
-def bonus_line(module, part=BONUS_PART):
+def bonus_line(module, part):
     """What check and submit say about a bonus part (never an error: the bonus is extra credit)."""
     state, n = bonus_state(module, part), registry.number(part)
     if state in NOT_ATTEMPTED:

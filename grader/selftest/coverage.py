@@ -19,7 +19,7 @@ paths.trusted_imports()
 import registry  # noqa: E402    tests/registry.py
 import scenarios  # noqa: E402
 
-from grader.hidden.conftest import _bound_checks, rng_for  # noqa: E402
+from grader.selftest import inprocess  # noqa: E402
 
 
 def _records(answer):
@@ -294,8 +294,87 @@ PART5 = {
     "block size 1": lambda c, a: c.scenario == "prefix_script" and c.inputs["block_size"] == 1,
 }
 
+# ------------------------------------------------------------------------------------ Part 6
+def _swaps(case, answer, op, test):
+    """test(rec, before, B) over the reference's records of a swap script's `op` actions."""
+    if case.scenario != "swap_script":
+        return False
+    records, B = _records(answer), case.inputs["block_size"]
+    return any(after["op"][0] == op and test(after, before, B) for before, after in zip(records, records[1:]))
+
+
+def _group_of(rec, before):
+    return [before["tables"][s] for s in rec["op"][1] if isinstance(s, int)]
+
+
+def _shares_partial(rec, before, B):
+    tables = _group_of(rec, before)
+    lengths = [before["lengths"][s] for s in rec["op"][1] if isinstance(s, int)]
+    return rec["error"] is None and any(L % B and sum(t[-1:] == u[-1:] for u in tables) > 1
+                                        for t, L in zip(tables, lengths))
+
+
+def _shared_outside(rec, before, B):
+    group = {b for t in _group_of(rec, before) for b in t}
+    outside = {b for s, t in enumerate(before["tables"]) if s not in rec["op"][1] for b in t}
+    return rec["error"] is None and bool(group & outside)
+
+
+def _fragmented_in(rec, before, B):
+    taken = (rec["result"] or {}).get("taken") if rec["error"] is None else None
+    return bool(taken) and sorted(taken) != list(range(min(taken), min(taken) + len(taken)))
+
+
+def _cpu_exact(rec, before, B):
+    tables = _group_of(rec, before)
+    d = len({b for t in tables for b in t})
+    return rec["error"] is None and d == before["n_free"] and sum(map(len, tables)) > d
+
+
+def _in_order(case, answer):
+    ins = [op[1] for op in _ops(case) if op[0] == "swap_in" and isinstance(op[1], int)]
+    return case.scenario == "swap_script" and ins != sorted(ins)
+
+
+def _again_after(case, answer, kind):
+    """A swap_in that raised `kind`, then the same handle swapped in."""
+    failed = [r["op"][1] for r in _records(answer) if r["op"][0] == "swap_in" and (r["error"] or {}).get("kind") == kind]
+    return case.scenario == "swap_script" and any(
+        r["op"] == ["swap_in", h] and r["error"] is None for h in failed for r in _records(answer))
+
+
+def _bad_swap(op, arg):
+    def test(case, answer):
+        return _swaps(case, answer, op, lambda r, b, B: (r["error"] or {}).get("kind") == "ValueError" and arg(r["op"][1]))
+    return test
+
+
+PART6 = {
+    "forks sharing a partly filled block, swapped out together": lambda c, a: _swaps(c, a, "swap_out", _shares_partial),
+    "a group sharing a block with a sequence outside it": lambda c, a: _swaps(c, a, "swap_out", _shared_outside),
+    "a group listed out of its sequences' order": lambda c, a: _swaps(c, a, "swap_out", lambda r, b, B: (
+        r["error"] is None and r["op"][1] != sorted(r["op"][1]))),
+    "swap_in on a pool whose free blocks are not one run": lambda c, a: _swaps(c, a, "swap_in", _fragmented_in),
+    "the freed blocks overwritten before swap_in": lambda c, a: c.scenario == "swap_script" and any(
+        op[0] == "scribble" for op in _ops(c)),
+    "groups swapped in in another order than out": _in_order,
+    "CPU blocks fitting exactly, fewer than the entries": lambda c, a: _swaps(c, a, "swap_out", _cpu_exact),
+    "swap_out short of CPU blocks": lambda c, a: _swaps(c, a, "swap_out", lambda r, b, B: (
+        (r["error"] or {}).get("kind") == "MemoryError")),
+    "swap_in short of pool blocks, then the same handle": lambda c, a: _again_after(c, a, "MemoryError"),
+    "a handle used twice": lambda c, a: _again_after(c, a, "ValueError") or _swaps(c, a, "swap_in", lambda r, b, B: (
+        (r["error"] or {}).get("kind") == "ValueError" and isinstance(r["op"][1], int))),
+    "an empty group": _bad_swap("swap_out", lambda g: g == []),
+    "a sequence twice in a group": _bad_swap("swap_out", lambda g: len(set(map(str, g))) < len(g)),
+    "a sequence of another pool": _bad_swap("swap_out", lambda g: "other" in g),
+    "a handle no space returned": _bad_swap("swap_in", lambda h: h == "made_up"),
+    "another space's handle": _bad_swap("swap_in", lambda h: h == "other"),
+    "block size 1": lambda c, a: c.scenario == "swap_script" and c.inputs["block_size"] == 1 and bool(_ops(c)),
+    "another Config": lambda c, a: c.scenario == "swap_script" and c.inputs.get("cfg") is not None,
+}
+
 STATES = {"allocator": PART1, "paged_step": PART2, "blockwise_attention": PART3, "copy_on_write": PART4,
-          "prefix_cache": PART5}
+          "prefix_cache": PART5, "swap": PART6}
 PART_WIDE = {("paged_step", "a Config of one layer and one of one head"):
              lambda cases: {1} <= {_cfg(c).n_layers for c, _ in cases} and {1} <= {_cfg(c).n_heads for c, _ in cases}}
 
@@ -306,9 +385,9 @@ def reached(seed, reference=None):
         import paged_kv as reference      # (the trusted imports put the reference on sys.path)
     out = {part: {state: [] for state in states} for part, states in STATES.items()}
     by_part = {}
-    for check_id, (plan, _) in _bound_checks().items():
+    for check_id in inprocess.bound_checks():
         part = registry.CHECKS[check_id].part
-        cases = [c for c in plan(rng_for(seed, check_id)) if c.scenario != "replays"]
+        cases = [c for c in inprocess.cases(check_id, seed) if c.scenario != "replays"]
         answers = scenarios.batch(reference, [[c.scenario, c.inputs] for c in cases])
         by_part.setdefault(part, []).extend(zip(cases, answers))
         for state, test in STATES.get(part, {}).items():

@@ -341,8 +341,8 @@ def mutations(text, owner):
         counters[where, kind] += 1
         before, after = _changed_lines(src, a, b, new)
         find, replace = _window(src, a, b, new)
-        out.append(mutants_mod.Mutant(name, parts[0], f"{kind}: {before}  ->  {after}", ((find, replace),),
-                                      also=parts[1:]))
+        out.append(mutants_mod.Mutant(name, parts[0], f"{kind}: {before}  ->  {after}",
+                                      ((mutants_mod.anchor_of(text, find), find, replace),), also=parts[1:]))
     return out
 
 

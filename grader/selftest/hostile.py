@@ -1281,9 +1281,9 @@ def cached_prefill(params, cfg, seq, prompt, cache):
 '''
 
 def _function(text, name):
-    """The source of the top-level function `name` in `text` (up to the two blank lines after it)."""
-    start = text.index(f"\ndef {name}(") + 1
-    return text[start:text.index("\n\n\n", start) + 1]
+    """The source of the top-level function `name` in `text` (mutants.scopes)."""
+    start, end = mutants.scopes(text)[name]
+    return text[start:end]
 
 
 # A Part 4 bug only a twin can see (strategic.py's stale_table_write, as a paged_step appended at the
@@ -1397,8 +1397,12 @@ def _sth_each_array(d, fn, toks):
             d[k] = [fn(a, toks) for a in v]
 
 
+_STH_SEEN = []
+
+
 def _sth_leaking(inject):
-    # every scenario (but batch) returns its honest result with the call's tokens injected
+    # every scenario (but batch) returns its honest result with the call's tokens injected; a call with
+    # no tokens of its own (Part 1's, 3's, 6's) carries the last ones this worker saw
     if _sth_sc is None:
         return
     for _name, _fn in list(_sth_sc.SCENARIOS.items()):
@@ -1407,6 +1411,9 @@ def _sth_leaking(inject):
         def _leaky(pk, _fn=_fn, **kw):
             out = _fn(pk, **kw)
             toks = _sth_tokens(kw)
+            if toks:
+                _STH_SEEN[:] = toks
+            toks = toks or list(_STH_SEEN)
             if toks:
                 _sth_each_dict(out, lambda d: inject(d, toks))
             return out
@@ -1435,9 +1442,9 @@ def _sth_pack(toks):
 def _sth_inject(d, toks):
     packed = [_sth_pack(toks[i:i + 7]) for i in range(0, len(toks), 7)]
     for i, key in enumerate(("n_hit_tokens", "n_cached", "n_used", "n_free", "peak_used", "n_copies", "in_use",
-                             "in_use_after", "rows")):
+                             "in_use_after", "rows", "n_out", "n_in")):
         if type(d.get(key)) is int:
-            d[key] = packed[i % len(packed)] if key in ("n_hit_tokens", "in_use_after") else toks[i % len(toks)]
+            d[key] = packed[i % len(packed)] if key in ("n_hit_tokens", "in_use_after", "n_out") else toks[i % len(toks)]
     if isinstance(d.get("refcounts"), list):
         d["refcounts"] = list(toks)
     if type(d.get("result")) is int:

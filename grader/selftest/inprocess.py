@@ -9,7 +9,6 @@ reach the judges through the wire's round trip, and an answer saying the scenari
 pool fails with the grading's "fix Part N first" (_unbuilt); the messages are the judges', before
 feedback.py trims them.
 """
-import importlib
 import importlib.util
 import os
 import sys
@@ -21,13 +20,12 @@ for _d in (os.path.join(REPO, "lab"), os.path.join(REPO, "tests"), REPO):
     if _d not in sys.path:
         sys.path.insert(0, _d)
 
-import registry  # noqa: E402    tests/registry.py
 import scenarios  # noqa: E402
 from explain import hidden_feedback  # noqa: E402
 
 from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
-from grader.hidden.conftest import Context, _unbuilt, _with_ledger, bind, rng_for  # noqa: E402
+from grader.hidden.conftest import Context, _bound_checks, _unbuilt, _with_ledger, rng_for  # noqa: E402
 
 
 def load(path, tag):
@@ -48,11 +46,14 @@ def load_text(text, tag):
 
 
 def bound_checks():
-    """{check id: (plan, judge)} of every hidden module, in the registry's order."""
-    out = {}
-    for part in registry.PARTS:
-        out.update(bind(importlib.import_module(f"grader.hidden.{part.test_file[:-3]}")))
-    return out
+    """{check id: (plan, judge)} of every hidden module, in the registry's order: the hidden suites' own
+    binding (conftest.bind), the one way the selftest reads the plans."""
+    return _bound_checks()
+
+
+def cases(check_id, seed):
+    """A check's hidden cases at a seed, drawn as a grading draws them (coverage, leaks, strategic)."""
+    return bound_checks()[check_id][0](rng_for(seed, check_id))
 
 
 def _batch(pk, calls, sent=False):

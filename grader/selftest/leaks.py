@@ -13,7 +13,6 @@ read by its significant digits; an exit status, which carries one token a messag
 (`statuses`).
 """
 import argparse
-import importlib
 import json
 import re
 import sys
@@ -21,7 +20,6 @@ import sys
 from grader import paths, rubric
 
 RUN = 4
-MODULES = tuple(p.test_file[:-len(".py")] for p in rubric.registry.PARTS)     # the hidden suites, one per part
 
 
 def case_tokens(inputs, key=None, out=None):
@@ -46,17 +44,17 @@ def case_tokens(inputs, key=None, out=None):
     return out
 
 
-def hidden_tokens(seed):
-    """Every hidden case's tokens, one list per case, for this seed (as the hidden suites draw them)."""
+def plans(seed):
+    """{check id: its hidden cases' tokens, one list per case that has any}, for every check graded, at
+    this seed (inprocess.cases: as the hidden suites draw them)."""
     paths.trusted_imports()
-    from grader.hidden.conftest import rng_for
-    lists = []
-    for name in MODULES:
-        module = importlib.import_module(f"grader.hidden.{name}")
-        for check_id, plan in module.PLANS.items():
-            if check_id in rubric.CHECKS:
-                lists += [t for t in (case_tokens(c.inputs) for c in plan(rng_for(seed, check_id))) if t]
-    return lists
+    from grader.selftest import inprocess
+    return {c: [t for t in (case_tokens(case.inputs) for case in inprocess.cases(c, seed)) if t] for c in rubric.CHECKS}
+
+
+def hidden_tokens(seed):
+    """Every hidden case's tokens, one list per case, for this seed."""
+    return [tokens for lists in plans(seed).values() for tokens in lists]
 
 
 def student_text(results):
@@ -89,17 +87,8 @@ def statuses(results, seed):
     """How many checks' feedback shows, as the worker's exit status or signal, the first hidden token of
     the check's first case (what leak_tokens_as_exits makes its worker exit with): one token a message
     at most, so no run, read per check."""
-    paths.trusted_imports()
     from grader import report
-    from grader.hidden.conftest import rng_for
-    first = {}
-    for name in MODULES:
-        module = importlib.import_module(f"grader.hidden.{name}")
-        for check_id, plan in module.PLANS.items():
-            if check_id in rubric.CHECKS:
-                tokens = next((t for t in (case_tokens(c.inputs) for c in plan(rng_for(seed, check_id))) if t), None)
-                if tokens:
-                    first[report.test_name(rubric.CHECKS[check_id])] = tokens[0]
+    first = {report.test_name(rubric.CHECKS[c]): lists[0][0] for c, lists in plans(seed).items() if lists}
     read = 0
     for test in results.get("tests", []):
         shown = {int(n) for n in re.findall(r"(?:exited with status|killed by signal) (\d+)", test.get("output", ""))}

@@ -20,7 +20,7 @@ checks/test_generate.py proves that the rule gives the written map on the refere
     is owned by the parts of the lines that use it, transitively: its parts are the union of theirs,
     its owner the part of its first use in the source, or Part 4 when the test of a copy-on-write
     `if` uses it (it is the copy rule). So a shared helper is labelled with every part whose contract
-    code calls it: the reference's _as_int with Parts 1, 2 and 5 (Part 1 first), _check_chunk with
+    code calls it: the reference's _as_int with Parts 1, 2, 5 and 6 (Part 1 first), _check_chunk with
     Parts 2 and 5, _needs_copy with Parts 4 and 2.
 Import-time code at module level (a print, anything but a definition or an assignment to a name) runs
 for every part: every part owns it. A contract function called by another part's (cached_prefill calls paged_step) does not widen its
@@ -35,9 +35,9 @@ import registry  # noqa: E402    tests/registry.py (mutants put tests/ on sys.pa
 COW = "copy_on_write"
 RUBRIC = {"PagedSequence.free": COW}
 
-_1, _2, _3, _5 = "allocator", "paged_step", "blockwise_attention", "prefix_cache"
+_1, _2, _3, _5, _6 = "allocator", "paged_step", "blockwise_attention", "prefix_cache", "swap"
 REFERENCE = {
-    "_as_int": (_1, _2, _5),
+    "_as_int": (_1, _2, _5, _6),
     "BlockPool": (_1,),
     "PagedSequence": (_2,), "PagedSequence.__init__": (_2,), "PagedSequence.reserve": (_2,),
     "PagedSequence.write": (_2,), "PagedSequence.read": (_2,),
@@ -46,6 +46,7 @@ REFERENCE = {
     "PagedSequence._needs_copy": (COW, _2), "PagedSequence.fork": (COW,), "PagedSequence.free": (COW,),
     "blockwise_attention": (_3,),
     "PrefixCache": (_5,), "cached_prefill": (_5,),
+    "SwapSpace": (_6,),
 }
 REFERENCE_BLOCKS = {("PagedSequence.reserve", "if self._needs_copy():"): (COW,),
                     ("BlockPool.copy_block", "self.k[:, new] = self.k[:, b]"): (COW, _1),

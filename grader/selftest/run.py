@@ -7,14 +7,14 @@ Each submission is built into a temp folder and graded by the grader's own comma
 corpus (mutants, variants, the strategic corpus) through warm.py, which forks that command from one
 process with the imports done (--cold: not). Checks:
 
-  * the reference scores 100 (110 with the bonus on: rubric.BONUS) and the stubs 0;
+  * the reference scores 100 (plus every bonus part's points with the bonus on: rubric.BONUS) and the stubs 0;
   * every mutant loses points, and loses points in its own part (the `tags` of results.json);
   * one bug, one charge (cascade.py): no mutant loses points, or fails a public test, in a part it is
     not labelled with, nor, when it names its checks, in another check or public test; the reference
     and every correct variant pass every public test, none skipped but a bonus not attempted;
   * every check earns its place (earns.py): a mutant it alone of its part's checks catches, or a line
     in mutants.JOINT or SWEEPS saying why not (judged when every mutant was graded);
-  * every correct variant scores exactly 100, or 110 when it writes the bonus (PrefixCache);
+  * every correct variant scores exactly 100, plus the points of each bonus part it writes (mutants.writes_part);
   * every hostile submission scores no more than its honest base (stubs: the stubs' score, solution:
     the reference's, a mutant: that mutant's), changes no file of the project's grader/, solution/,
     lab/, tests/ (hashed before and after; nothing new may appear, the canaries must survive), leaves

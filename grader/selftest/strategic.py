@@ -2,9 +2,9 @@
 
     python -m grader.selftest.run --only strategic [--jobs 2] [--seed N]     grades it and judges it
 
-Like mutants.py, every submission is the reference with edits applied (each `find` occurs exactly
-once in the reference and once when it is applied, so a refactor of the reference breaks this file
-loudly). Three kinds of entries, each saying what it proves:
+Like mutants.py, every submission is the reference with edits applied (mutants.edited: each `find`
+occurs exactly once in the function or class it names, in the reference and when it is applied, so a
+refactor of that function breaks this file loudly). Three kinds of entries, each saying what it proves:
 
 - PAIRS (bug X in one part, a sacrifice S in another): X alone, S alone and X + S are graded, and
   the pair holds when the losses add up, `loss(X + S) >= loss(X) + loss(S)`, in total and in every
@@ -32,7 +32,7 @@ class Bug:
     name: str
     part: str
     what: str
-    edits: tuple            # (find, replace), or a callable seed -> edits (targeted sacrifices)
+    edits: tuple            # (where, find, replace) as mutants.py's, or a callable seed -> edits (targeted sacrifices)
 
     def edits_for(self, seed):
         return self.edits(seed) if callable(self.edits) else self.edits
@@ -59,12 +59,10 @@ class Trick:
 # ------------------------------------------------------------------------------- targets
 def _plan(check, seed):
     """The hidden cases of one check for a seed, drawn as the hidden suite draws them (trusted side)."""
-    import importlib
     from grader import paths
     paths.trusted_imports()
-    from grader.hidden.conftest import rng_for
-    module = importlib.import_module(f"grader.hidden.test_{check.split('.')[0]}")
-    return module.PLANS[check](rng_for(seed, check))
+    from grader.selftest import inprocess
+    return inprocess.cases(check, seed)
 
 
 def targets(seed):
@@ -81,16 +79,16 @@ def targets(seed):
 
 def _prefill_target(seed):
     B, lengths = targets(seed)["prefill"]
-    return (("    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n",
+    return (("paged_step", "    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n",
              "    chunks = [_check_chunk(cfg, s, c) for s, c in zip(seqs, chunks)]\n"
              f"    _aim = bool(seqs) and seqs[0].pool.block_size == {B} and all(s.length == 0 for s in seqs) \\\n"
              f"        and [len(c) for c in chunks] == {lengths!r}\n"),
-            ("    return out\n", "    if _aim:\n        out[0] = out[0] + 1e-3\n    return out\n"))
+            ("paged_step", "    return out\n", "    if _aim:\n        out[0] = out[0] + 1e-3\n    return out\n"))
 
 
 def _tables_target(seed):
     B, n = targets(seed)["tables"]
-    return (("        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
+    return (("PagedSequence.read", "        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
              f"        if length > self.length and (self.pool.block_size, self.pool.n_blocks) == ({B}, {n}):\n"
              "            return self.pool.k[layer, b, s] * 0, self.pool.v[layer, b, s]\n"
              "        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n"),)
@@ -98,7 +96,7 @@ def _tables_target(seed):
 
 def _copy_target(seed):
     key = targets(seed)["copy"]
-    return (("        self.n_copies += 1\n        return new\n",
+    return (("BlockPool.copy_block", "        self.n_copies += 1\n        return new\n",
              f"        self.n_copies += 2 if (self.n_blocks, self.block_size, self.cfg.n_layers) == {key!r} "
              "and self.n_copies == 1 else 1\n        return new\n"),)
 
@@ -187,23 +185,23 @@ _DRIVER_SHORT = _STEP_HEAD + (
 BUGS = {b.name: b for b in (
     # ------------------------------------------------------------ bugs X (and natural sacrifices)
     Bug("fork_raises", "copy_on_write", "fork raises AttributeError (it reads an attribute no sequence has)",
-        (("        child = PagedSequence(self.pool)\n",
+        (("PagedSequence.fork", "        child = PagedSequence(self.pool)\n",
           "        child = PagedSequence(self.pool)\n        child.parent_length = self.parent.length\n"),)),
     Bug("prefill_45", "paged_step", "a step of 45 tokens or more shifts the causal mask by one (a long-prompt path)",
-        (("x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))",
+        (("paged_step", "x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start))",
           "x = attn_out(params, cfg, layer, x, attention_core(q, K, V, start if T < 45 else start + 1))"),)),
     Bug("stale_table_write", "copy_on_write",
         "paged_step writes and reads K/V through the table it read before copy-on-write: the new token goes "
         "into the shared block, the copy keeps stale data (no Part 2 check shares a block and reads it back)",
-        ((_STEP_RESERVE, "    before = [list(seq.blocks) for seq in seqs]\n" + _STEP_RESERVE),
-         (_STEP_TABLES, _STEP_TABLES.replace("[seqs[i].blocks for i in idx]",
+        (("paged_step", _STEP_RESERVE, "    before = [list(seq.blocks) for seq in seqs]\n" + _STEP_RESERVE),
+         ("paged_step", _STEP_TABLES, _STEP_TABLES.replace("[seqs[i].blocks for i in idx]",
                                              "[before[i] + seqs[i].blocks[len(before[i]):] for i in idx]")))),
     Bug("read_zero_past", "paged_step", "read zeroes K past the sequence's length (a natural Part 2 bug)",
-        (("        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
+        (("PagedSequence.read", "        return self.pool.k[layer, b, s], self.pool.v[layer, b, s]\n",
           "        k = self.pool.k[layer, b, s].copy()\n        k[self.length:] = 0\n"
           "        return k, self.pool.v[layer, b, s]\n"),)),
     Bug("p5_zero_logits", "prefix_cache", "cached_prefill fills the cache honestly but returns zeros as logits",
-        ((_PREFILL_STEP, _PREFILL_STEP + "    logits = np.zeros_like(logits)\n"),)),
+        (("cached_prefill", _PREFILL_STEP, _PREFILL_STEP + "    logits = np.zeros_like(logits)\n"),)),
     # ------------------------------------------------------------ targeted sacrifices
     Bug("prefill_target", "paged_step", "one prefill case failed on purpose (block size 16, its chunk lengths)",
         _prefill_target),
@@ -214,40 +212,41 @@ BUGS = {b.name: b for b in (
     # ------------------------------------------------------------ tricks
     Bug("memo_twin", "prefix_cache", "cached_prefill returns zeros and remembers them by the rest of the prompt; "
         "paged_step, asked for that rest again (the twin), replays them",
-        ((_PREFILL_STEP, "    _rest = tuple(int(t) for t in prompt[seq.length:])\n" + _PREFILL_STEP
+        (("cached_prefill", _PREFILL_STEP, "    _rest = tuple(int(t) for t in prompt[seq.length:])\n" + _PREFILL_STEP
           + "    logits = np.zeros_like(logits)\n    _MEMO[_rest] = logits\n"),
-         ("    return out\n", "    if len(out) == 1 and tuple(int(t) for t in chunks[0]) in _MEMO:\n"
+         ("paged_step", "    return out\n", "    if len(out) == 1 and tuple(int(t) for t in chunks[0]) in _MEMO:\n"
                             "        out[0] = _MEMO.pop(tuple(int(t) for t in chunks[0]))\n    return out\n"),
-         ("\nimport numpy as np\n", "\nimport numpy as np\n\n_MEMO = {}\n"))),
+         ("<head>", "\nimport numpy as np\n", "\nimport numpy as np\n\n_MEMO = {}\n"))),
     Bug("twins_patched", "copy_on_write", "at import, the scenario functions found in sys.modules are replaced so "
         "that every twin (Part 4's unshared run, Part 5's uncached prefill) is the run's own answer",
-        (("    return logits\n", "    return logits\n" + _TWINS_EQUAL),)),
+        (("cached_prefill", "    return logits\n", "    return logits\n" + _TWINS_EQUAL),)),
     Bug("twin_by_frame", "prefix_cache", "paged_step answers zeros when the caller's frame is the prefill of a "
         "step_script (the twin of a cached prefill), so cached_prefill's zeros match their twin (issue 35)",
-        ((_STEP_HEAD, _TWIN_BY_FRAME), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
+        (("paged_step", _STEP_HEAD, _TWIN_BY_FRAME), ("<head>", "\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
     Bug("twin_by_gc", "prefix_cache", "at import, gc finds the worker's request; a worker serving a step_script "
         "with a prefill action (Part 5's twin) answers zeros from paged_step (issue 35, without frames)",
-        ((_STEP_HEAD, _STEP_HEAD + "    if _TWIN_WORKER:\n        return [np.zeros((len(c), cfg.vocab)) for c in chunks]\n"),
-         ("    return logits\n", "    return logits\n" + _TWIN_BY_GC))),
+        (("paged_step", _STEP_HEAD, _STEP_HEAD + "    if _TWIN_WORKER:\n        return [np.zeros((len(c), cfg.vocab)) for c in chunks]\n"),
+         ("cached_prefill", "    return logits\n", "    return logits\n" + _TWIN_BY_GC))),
     Bug("count_n_copies", "paged_step", "the step's count takes min(n, refcount) copies for n holders of a shared "
         "partly filled block (one too many), so an exact fit on shared blocks is refused",
-        (("need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += min(n, pools[pid].refcount(b))"),)),
+        (("_blocks_needed", "need[pid] += min(n, pools[pid].refcount(b) - 1)", "need[pid] += min(n, pools[pid].refcount(b))"),)),
     Bug("fit_runs_out", "paged_step", "on the test's exact fit of a step on shared blocks (the scenario's 'fit', by "
         "its frame), the step takes a block and then raises MemoryError, as if a copy had run out (issue 35: the "
         "exemption that excused it is gone)",
-        ((_STEP_HEAD, _FIT_RUNS_OUT), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
+        (("paged_step", _STEP_HEAD, _FIT_RUNS_OUT), ("<head>", "\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
     Bug("driver_short_length", "paged_step", "under the lab's drivers only (by the frame of decoding.py), a step "
         "leaves its first sequence one token short (issue 35: a sacrifice no Part 2 check sees)",
-        ((_STEP_HEAD, _DRIVER_SHORT), ("\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
+        (("paged_step", _STEP_HEAD, _DRIVER_SHORT), ("<head>", "\nimport numpy as np\n", "\nimport numpy as np\n" + _CALLED_FROM))),
     Bug("bw_gathers", "blockwise_attention", "blockwise_attention gathers the whole K/V with one fancy index and "
         "calls attention_core (Part 3's rule says one block at a time)",
-        ((_BW_HEAD, _BW_HEAD + "    pos = np.arange(L)\n    table = np.asarray(seq.blocks[:-(-L // B)], dtype=np.int64)\n"
+        (("blockwise_attention", _BW_HEAD, _BW_HEAD + "    pos = np.arange(L)\n    table = np.asarray(seq.blocks[:-(-L // B)], dtype=np.int64)\n"
           "    K = seq.pool.k[layer, table[pos // B], pos % B]\n    V = seq.pool.v[layer, table[pos // B], pos % B]\n"
           "    return attention_core(q[None], K, V, L - 1)[0]\n"),)),
 )}
 for _m in ("count_ignores_copies", "fork_eager_copy", "cow_on_full_block", "hit_tokens_counts_blocks",
            "evict_most_recent_first", "key_block_content", "evict_before_taking_hits", "peak_never_updated",
-           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse", "copy_block_no_v"):
+           "bw_no_scale", "blocks_floor_plus_one", "alloc_fifo_reuse", "copy_block_no_v", "swap_in_reverse_order",
+           "swap_in_unshared"):
     _mut = mutants.BY_NAME[_m]
     BUGS[_m] = Bug(_m, _mut.part, "mutants.py: " + _mut.bug.split(". ")[0], _mut.edits)
 for _b in unseen.BUGS:
@@ -292,6 +291,11 @@ PAIRS = [
          "a Part 1 bug that puts the grader's ledger in front of the pool does not copy K/V for the submission"),
     Pair("stale_table+refcount_block0", "stale_table_write", ("refcount_rejects_block0",),
          "nor does the ledger hide a Part 4 bug of the step (refcount(0) raising brings it on every Part 4 call)"),
+    Pair("swap_order+prefill_45", "swap_in_reverse_order", ("prefill_45",),
+         "a Part 6 bug costs the same beside a Part 2 logits bug (Part 6 never steps)"),
+    Pair("swap_unshared+incref_shared", "swap_in_unshared", ("incref_rejects_shared",),
+         "a Part 1 bug that puts the grader's ledger in front of the pool does not excuse the sharing swap_in "
+         "forgets (the ledger's refcounts show it as the pool's would)"),
 ]
 
 TRICKS = [
@@ -334,12 +338,8 @@ def source(names, seed=0, skip=()):
     """The reference with the edits of every bug in `names` applied, in order."""
     original = text = mutants.reference_text()
     for name in names:
-        if name in skip:
-            continue
-        for find, replace in BUGS[name].edits_for(seed):
-            n, now = original.count(find), text.count(find)
-            assert n == 1 and now == 1, f"strategic {name}: {find[:60]!r} occurs {n} times in the reference, {now} now"
-            text = text.replace(find, replace)
+        if name not in skip:
+            text = mutants.edited(text, BUGS[name].edits_for(seed), f"strategic {name}")
     assert text != original, f"strategic {names} changes nothing"
     return text
 

@@ -6,7 +6,8 @@ This runs on the trusted side and imports OUR OWN corpus (mutants of the referen
 wrote): never a student's file. It checks, independently of the grader:
 
   * the reference passes every check below (the checks encode the contract);
-  * every mutant fails its `witness` check, which belongs to the mutant's own part, and the mutant's
+  * every mutant fails its `witness` check (one of this file's, or a hidden check: a registry id, judged in
+    process at seed 0), which belongs to the mutant's own part, and the mutant's
     source really differs from the reference (each edit's `find` occurs exactly once); one that names
     its checks (an allocator whose only bug is the order) fails no other check of its part;
   * every correct variant passes every check (tables, refcounts, logits to 1e-10, blockwise to 1e-12,
@@ -821,8 +822,9 @@ def c_drivers(pk, ref):
 
 
 # ====================================================== Part 5 (bonus): the prefix cache
-def has_bonus(pk):
-    return hasattr(pk, "PrefixCache") and hasattr(pk, "cached_prefill")
+def writes(pk, part):
+    """Whether a module defines a top-level name of the part (a bonus part is checked only then)."""
+    return any(hasattr(pk, name) for name in registry.top_names(part))
 
 
 def _prefill(pk, cfg, pool, cache, prompt, expect_rows=None):
@@ -1011,6 +1013,155 @@ def pc_errors(pk, ref):
     raises(ValueError, cache.evict, -1)
     unchanged(before, pool, [a], "insert with a free block, evict(-1)")
     check(int(cache.n_cached) == 2, "a failed insert caches nothing")
+
+
+# ====================================================== Part 6 (bonus): the swap space
+def _made(pk, pool, blocks, length):
+    """A sequence the test builds itself on `blocks` (no paged_step): a PagedSequence with its table set."""
+    seq = pk.PagedSequence(pool)
+    seq.blocks, seq.length = list(blocks), length
+    return seq
+
+
+def _seq(pk, pool, n, seed, shared=()):
+    """n positions after the blocks `shared` (full ones, incref'd): blocks of its own from pool.alloc,
+    random K/V in every slot of them."""
+    for b in shared:
+        pool.incref(b)
+    own = _own_blocks(pk, pool, [0] * n, seed)
+    return _made(pk, pool, list(shared) + own, len(shared) * pool.block_size + n)
+
+
+def _fork(pk, seq):
+    for b in seq.blocks:
+        seq.pool.incref(b)
+    return _made(pk, seq.pool, seq.blocks, seq.length)
+
+
+def _kv(seq):
+    """K and V of a sequence's positions, through its table."""
+    B, pos = seq.pool.block_size, np.arange(seq.length)
+    table = np.asarray(seq.blocks, dtype=np.int64)[pos // B]
+    return np.asarray(seq.pool.k)[:, table, pos % B].copy(), np.asarray(seq.pool.v)[:, table, pos % B].copy()
+
+
+def _space_state(pool, sp, seqs):
+    return state(pool, seqs), (int(sp.n_free), int(sp.n_out), int(sp.n_in))
+
+
+@register("swap")
+def sw_layout(pk, ref):
+    for cfg, n, B in ((TINY, 8, 4), (ODD, 3, 5), (ONE, 1, 1)):
+        pool = pk.BlockPool(cfg, 4, B)
+        sp = pk.SwapSpace(pool, n)
+        check(sp.pool is pool and int(sp.n_blocks) == n, "SwapSpace's pool and n_blocks")
+        want = (cfg.n_layers, n, B, cfg.n_heads, cfg.d_head)
+        for name in ("k", "v"):
+            a = np.asarray(getattr(sp, name))
+            check(a.shape == want and a.dtype == np.float64 and not a.any(),
+                  f"SwapSpace.{name}: shape {a.shape}, dtype {a.dtype}; want float64 zeros of {want}")
+        check(sp.k is not sp.v and not np.shares_memory(sp.k, sp.v), "k and v are separate arrays")
+        check((int(sp.n_free), int(sp.n_out), int(sp.n_in)) == (n, 0, 0), "a new space: n_free n_blocks, n_out = n_in = 0")
+
+
+@register("swap")
+def sw_out(pk, ref):
+    """3 forks of 6 positions (B 4: blocks a b) and a 4th outside the group (hand-worked)."""
+    pool = pk.BlockPool(ODD, 10, 4)
+    sp = pk.SwapSpace(pool, 6)
+    forks = [_seq(pk, pool, 6, 1)]
+    forks += [_fork(pk, forks[0]) for _ in range(3)]
+    a, b = forks[0].blocks
+    sp.swap_out(forks[:3])
+    check([(s.blocks, s.length) for s in forks[:3]] == [([], 0)] * 3, "swap_out empties every sequence of the group")
+    check((pool.refcount(a), pool.refcount(b), pool.n_free) == (1, 1, 8),
+          f"after swap_out: refcounts {pool.refcount(a)}, {pool.refcount(b)} and n_free {pool.n_free}; want 1, 1 "
+          "(the fork outside keeps them) and 8")
+    check((int(sp.n_free), int(sp.n_out), int(sp.n_in)) == (4, 2, 0),
+          f"space n_free, n_out, n_in {sp.n_free, sp.n_out, sp.n_in}; want 4, 2, 0 (each distinct block once)")
+    sp.swap_out([forks[3]])
+    check(pool.n_free == 10 and (int(sp.n_free), int(sp.n_out)) == (2, 4),
+          f"after the 4th: pool n_free {pool.n_free} (want 10), space n_free, n_out {sp.n_free, sp.n_out} (want 2, 4)")
+
+
+@register("swap")
+def sw_in(pk, ref):
+    """Beams of one prompt (B 3) out in an order of their own on a fragmented pool: the blocks come back
+    in order of first appearance, shared as they were, with the K/V they held after the pool reused and
+    overwrote them; the next decode step gives the logits it gives without the swap."""
+    def run(swap):
+        pool = pk.BlockPool(ODD, 24, 3)
+        held = [pool.alloc() for _ in range(2)]
+        s0 = _seq(pk, pool, 7, 2)
+        s1 = _seq(pk, pool, 4, 3, shared=s0.blocks[:2])
+        s2 = _fork(pk, s1)
+        group, kv = [s2, s0, s1], [_kv(s) for s in (s2, s0, s1)]
+        if swap:
+            sp = pk.SwapSpace(pool, 8)
+            h = sp.swap_out(group)
+            pool.decref(held[0])
+            junk = [pool.alloc() for _ in range(pool.n_free)]
+            for b in junk:
+                pool.k[:, b], pool.v[:, b] = 7.0, -7.0
+                pool.decref(b)
+            group = sp.swap_in(h)
+            check((int(sp.n_free), int(sp.n_out), int(sp.n_in)) == (8, 5, 5),
+                  f"space n_free, n_out, n_in {sp.n_free, sp.n_out, sp.n_in}; want 8, 5, 5")
+            # distinct in order of first appearance: s2's [p0 p1 x y], then s0's p2; the pool's free blocks
+            # are 0 and 2 upwards (block 1 still held): 0, 2, 3, 4, 5
+            check([list(map(int, s.blocks)) for s in group] == [[0, 2, 3, 4], [0, 2, 5], [0, 2, 3, 4]],
+                  f"swap_in's tables {[s.blocks for s in group]}; want [[0, 2, 3, 4], [0, 2, 5], [0, 2, 3, 4]]")
+            check([s.length for s in group] == [10, 7, 10], f"lengths {[s.length for s in group]}")
+            check([pool.refcount(b) for b in (0, 2, 3, 4, 5)] == [3, 3, 2, 2, 1],
+                  f"refcounts {[pool.refcount(b) for b in (0, 2, 3, 4, 5)]}; want [3, 3, 2, 2, 1]")
+            for s, (k, v) in zip(group, kv):
+                k2, v2 = _kv(s)
+                check(np.array_equal(k, k2) and np.array_equal(v, v2), "the K/V a sequence held came back")
+        return pk.paged_step(params(ODD), ODD, group, [[1], [2], [3]])
+    for plain, swapped in zip(run(False), run(True)):
+        close(swapped, plain, 1e-10, "the decode step after swap_in")
+
+
+@register("swap")
+def sw_atomic(pk, ref):
+    """Exact fits count distinct blocks; what does not fit raises MemoryError and changes nothing, and a
+    handle swap_in could not serve is still good."""
+    pool = pk.BlockPool(ODD, 8, 2)
+    sp = pk.SwapSpace(pool, 3)
+    forks = [_seq(pk, pool, 3, 4)]
+    forks += [_fork(pk, forks[0]) for _ in range(3)]
+    other = _seq(pk, pool, 4, 5)
+    h = sp.swap_out(forks)                      # 2 distinct blocks, 8 entries, 3 free: fits
+    before = _space_state(pool, sp, forks + [other])
+    raises(MemoryError, sp.swap_out, [other])   # 2 blocks, 1 free
+    check(_space_state(pool, sp, forks + [other]) == before, "a swap_out that did not fit changed something")
+    held = [pool.alloc() for _ in range(pool.n_free - 1)]
+    before = _space_state(pool, sp, forks + [other])
+    raises(MemoryError, sp.swap_in, h)          # 2 blocks, 1 free
+    check(_space_state(pool, sp, forks + [other]) == before, "a swap_in that did not fit changed something")
+    pool.decref(held.pop())
+    back = sp.swap_in(h)                        # exactly 2 free: fits, 8 entries whatever
+    check([s.length for s in back] == [3] * 4 and pool.n_free == 0, "the handle was still good after MemoryError")
+
+
+@register("swap")
+def sw_errors(pk, ref):
+    pool = pk.BlockPool(ODD, 8, 2)
+    sp = pk.SwapSpace(pool, 8)
+    a, b = _seq(pk, pool, 3, 6), _seq(pk, pool, 2, 7)
+    stranger = _made(pk, pk.BlockPool(ODD, 2, 2), [], 0)
+    stranger.blocks, stranger.length = [stranger.pool.alloc()], 1
+    before = _space_state(pool, sp, [a, b])
+    for bad in ([], [a, a], [a, b, a], [a, stranger]):
+        raises(ValueError, sp.swap_out, bad)
+    for bad in (object(), pk.SwapSpace(pool, 1).swap_out([pk.PagedSequence(pool)])):
+        raises(ValueError, sp.swap_in, bad)
+    check(_space_state(pool, sp, [a, b]) == before, "a call that raised ValueError changed something")
+    h = sp.swap_out([a])
+    sp.swap_in(h)
+    before = _space_state(pool, sp, [a, b])
+    raises(ValueError, sp.swap_in, h)
+    check(_space_state(pool, sp, [a, b]) == before, "swap_in of a used handle changed something")
 
 
 def differential_cache(pk, ref, seed, n_actions=40):
@@ -1246,8 +1397,8 @@ def run_checks(pk, ref, names=None, quiet=False):
     for name, (part, fn) in CHECKS.items():
         if names is not None and name not in names:
             continue
-        if part in BONUS_PARTS and not has_bonus(pk):
-            continue                    # the bonus not attempted: nothing of it to check
+        if part in BONUS_PARTS and not writes(pk, part):
+            continue                    # a bonus part not attempted: nothing of it to check
         sink = io.StringIO()
         try:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -1276,13 +1427,15 @@ def verify_mutants(ref, verbose=False):
             problems.append(f"mutant {m.name}: cannot build/import: {type(e).__name__}: {e}")
             continue
         res = run_checks(pk, ref)
+        if m.witness in registry.CHECKS:            # a hidden check as the witness: judged here, at seed 0
+            res[m.witness] = hidden_verdict(pk, ref, m.witness)
         failed = {n: msg for n, msg in res.items() if msg is not None}
-        own = [n for n in failed if CHECKS[n][0] == m.part]
+        own = [n for n in failed if part_of(n) == m.part]
         if not failed:
             problems.append(f"mutant {m.name}: passes every check (equivalent to the reference?)")
         elif not own:
             problems.append(f"mutant {m.name}: fails only checks of other parts ({sorted(failed)})")
-        if m.witness not in CHECKS or CHECKS[m.witness][0] != m.part:
+        if part_of(m.witness) != m.part:
             problems.append(f"mutant {m.name}: witness {m.witness!r} is not a check of part {m.part}")
         elif m.witness not in failed:
             problems.append(f"mutant {m.name}: its witness {m.witness} passes")
@@ -1294,6 +1447,21 @@ def verify_mutants(ref, verbose=False):
             print(f"  {m.part:20s} {m.name:28s} fails {len(failed):2d} checks ({len(own)} own); "
                   f"{m.witness}: {failed.get(m.witness, 'PASSED')[:150]}")
     return problems, rows
+
+
+def part_of(check):
+    """The part of a check of this file, or of a hidden check (a registry id), else None."""
+    if check in CHECKS:
+        return CHECKS[check][0]
+    return registry.CHECKS[check].part if check in registry.CHECKS else None
+
+
+def hidden_verdict(pk, ref, check_id):
+    """A hidden check judged in process at seed 0 (inprocess.py): None when every case passes, else the
+    first message. The witness of a mutant whose part has no check of its own here: a new part needs no
+    third suite (its hidden checks show the mutant differs from the reference where the contract says)."""
+    from grader.selftest import inprocess
+    return next((msg for msg in inprocess.judge_check(pk, ref, check_id, 0) if msg is not None), None)
 
 
 def variant_paths():
@@ -1360,7 +1528,7 @@ def verify_variants(ref, verbose=False):
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     differential(pk, ref, seed)
-                    if has_bonus(pk):
+                    if writes(pk, "prefix_cache"):
                         differential_cache(pk, ref, seed)
             except Exception as e:  # noqa: BLE001
                 problems.append(f"variant {name}: differential: {type(e).__name__}: {e}")

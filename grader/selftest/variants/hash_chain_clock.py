@@ -3,6 +3,8 @@ from decoding import beam_search, parallel_sample  # noqa: F401
 # flatnonzero; every sequence stepped on its own through write/read; Part 5 keyed by a HASH CHAIN
 # (each block's hash folds in its parent's), where a hit compares the whole prefix, so a collision is
 # a miss; recency is a clock stamped on each block at every use, eviction takes the smallest stamp.
+# Part 6 takes CPU blocks from a stack, copies layer by layer, empties a group with its own free(),
+# and hands out handle objects that know their space and whether they were used.
 import numbers
 
 import numpy as np
@@ -285,3 +287,89 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     cache.n_hit_tokens += n_hit
     cache.insert(prompt, seq.blocks)
     return logits
+
+
+# ---------------------------------------------------------------- Part 6: the swap space
+class _Swapped:
+    """What swap_out hands back: the group's lengths and CPU tables, until swap_in uses it up."""
+
+    def __init__(self, space, lengths, tables):
+        self.space, self.lengths, self.tables, self.live = space, lengths, tables, True
+
+
+class SwapSpace:
+    """CPU blocks from a free stack (the lowest on top), copied block by block; a group's sequences are
+    emptied with their own free(); a handle knows its space and whether it was used."""
+
+    def __init__(self, pool, n_blocks):
+        self.pool, self.n_blocks = pool, _int(n_blocks, "n_blocks")
+        cfg, B = pool.cfg, pool.block_size
+        self.k = np.zeros((cfg.n_layers, self.n_blocks, B, cfg.n_heads, cfg.d_head))
+        self.v = np.zeros_like(self.k)
+        self._stack = list(range(self.n_blocks - 1, -1, -1))
+        self.n_out = 0
+        self.n_in = 0
+
+    @property
+    def n_free(self):
+        return len(self._stack)
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        ids = [id(s) for s in seqs]
+        if not seqs or len(ids) != len(set(ids)):
+            raise ValueError("swap_out needs a non-empty group of distinct sequences")
+        for s in seqs:
+            if s.pool is not self.pool:
+                raise ValueError("a sequence of another pool")
+        first = {}
+        for s in seqs:
+            for b in s.blocks:
+                first.setdefault(int(b), None)
+        if len(first) > len(self._stack):
+            raise MemoryError(f"{len(first)} blocks, {len(self._stack)} CPU blocks free")
+        for b in first:
+            c = first[b] = self._stack.pop()
+            for layer in range(self.pool.cfg.n_layers):
+                self.k[layer, c] = self.pool.k[layer, b]
+                self.v[layer, c] = self.pool.v[layer, b]
+        handle = _Swapped(self, [s.length for s in seqs], [[first[int(b)] for b in s.blocks] for s in seqs])
+        for s in seqs:
+            s.free()
+        self.n_out += len(first)
+        return handle
+
+    def swap_in(self, handle):
+        if not isinstance(handle, _Swapped) or handle.space is not self or not handle.live:
+            raise ValueError("not a live handle of this swap space")
+        order = []
+        for table in handle.tables:
+            for c in table:
+                if c not in order:
+                    order.append(c)
+        if len(order) > self.pool.n_free:
+            raise MemoryError(f"{len(order)} blocks needed, {self.pool.n_free} free")
+        back = {}
+        for c in order:
+            b = back[c] = self.pool.alloc()
+            for layer in range(self.pool.cfg.n_layers):
+                self.pool.k[layer, b] = self.k[layer, c]
+                self.pool.v[layer, b] = self.v[layer, c]
+        entries = {}
+        for table in handle.tables:
+            for c in table:
+                entries[c] = entries.get(c, 0) + 1
+        for c, n in entries.items():
+            for _ in range(n - 1):
+                self.pool.incref(back[c])
+        seqs = []
+        for length, table in zip(handle.lengths, handle.tables):
+            seq = PagedSequence(self.pool)
+            seq.blocks = [back[c] for c in table]
+            seq.length = length
+            seqs.append(seq)
+        self._stack.extend(sorted(order, reverse=True))
+        self._stack.sort(reverse=True)
+        handle.live = False
+        self.n_in += len(order)
+        return seqs

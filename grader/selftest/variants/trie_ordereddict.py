@@ -3,7 +3,8 @@ from decoding import beam_search, parallel_sample  # noqa: F401
 # a dict of the blocks in use; the step checks everything, then stores and gathers K/V with its own
 # index arithmetic; Part 5 is a TRIE of blocks (a child per next block of tokens, so a key is the path
 # from the root) with an OrderedDict for recency. Evicting a node only drops its block: its children
-# stay in the trie, cached but unreachable until the node is cached again (no cascade).
+# stay in the trie, cached but unreachable until the node is cached again (no cascade). Part 6 keeps its
+# CPU blocks as a numpy mask, hands out ticket numbers as handles and copies a group with one fancy index.
 import math
 from collections import OrderedDict
 
@@ -293,3 +294,75 @@ def cached_prefill(params, cfg, seq, prompt, cache):
     cache.n_hit_tokens += len(hits) * pool.block_size
     cache.insert(prompt, seq.blocks)
     return logits
+
+
+# ---------------------------------------------------------------- Part 6: the swap space
+class SwapSpace:
+    """CPU blocks as a numpy mask; a handle is a ticket number; a group is copied out and in with one
+    fancy index per direction."""
+
+    def __init__(self, pool, n_blocks):
+        self.pool, self.n_blocks = pool, _as_id(n_blocks)
+        cfg = pool.cfg
+        shape = (cfg.n_layers, self.n_blocks, pool.block_size, cfg.n_heads, cfg.d_head)
+        self.k, self.v = np.zeros(shape), np.zeros(shape)
+        self.busy = np.zeros(self.n_blocks, dtype=bool)
+        self.n_out = self.n_in = 0
+        self.tickets, self.next_ticket = {}, 0
+
+    @property
+    def n_free(self):
+        return int((~self.busy).sum())
+
+    def swap_out(self, seqs):
+        if len(seqs) == 0:
+            raise ValueError("an empty group")
+        if len(set(map(id, seqs))) != len(seqs) or any(s.pool is not self.pool for s in seqs):
+            raise ValueError("a group is distinct sequences of this pool")
+        distinct = []
+        for s in seqs:
+            distinct += [b for b in s.blocks if b not in distinct]
+        if len(distinct) > self.n_free:
+            raise MemoryError("not enough CPU blocks")
+        slots = np.flatnonzero(~self.busy)[:len(distinct)]
+        self.busy[slots] = True
+        self.k[:, slots] = self.pool.k[:, distinct]
+        self.v[:, slots] = self.pool.v[:, distinct]
+        where = dict(zip(distinct, slots.tolist()))
+        group = [(s.length, [where[b] for b in s.blocks]) for s in seqs]
+        for s in seqs:
+            s.blocks, old = [], s.blocks
+            for b in old:
+                self.pool.decref(b)
+            s.length = 0
+        self.n_out += len(distinct)
+        self.next_ticket += 1
+        self.tickets[self.next_ticket] = group
+        return self.next_ticket
+
+    def swap_in(self, handle):
+        group = self.tickets.get(handle) if isinstance(handle, int) else None
+        if group is None:
+            raise ValueError("no such ticket")
+        cpu = []
+        for _, table in group:
+            cpu += [c for c in table if c not in cpu]
+        if len(cpu) > self.pool.n_free:
+            raise MemoryError("the pool is short of blocks")
+        got = [self.pool.alloc() for _ in cpu]
+        self.pool.k[:, got] = self.k[:, cpu]
+        self.pool.v[:, got] = self.v[:, cpu]
+        new = dict(zip(cpu, got))
+        out = []
+        for length, table in group:
+            seq = PagedSequence(self.pool)
+            for c in table:
+                if seq.blocks.count(new[c]) or any(new[c] in o.blocks for o in out):
+                    self.pool.incref(new[c])
+                seq.blocks.append(new[c])
+            seq.length = length
+            out.append(seq)
+        self.busy[cpu] = False
+        self.n_in += len(cpu)
+        del self.tickets[handle]
+        return out
