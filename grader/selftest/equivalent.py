@@ -87,6 +87,44 @@ VARIANTS = {
         "blockwise_attention:+3:const:1": "length 0 still raises ValueError: max() of no blocks' scores",
         "blockwise_attention:+4:drop:0": "length 0 still raises ValueError: max() of no blocks' scores",
     },
+    "batched_dataclass": {
+        "_whole:+1:bool:0": "accepts bools and floats as integers: " + _WRONG_TYPE,
+        "_whole:+2:drop:0": "returns int(x) for any x: " + _WRONG_TYPE,
+        "BlockPool:-1:const:0": "pools compare by their fields and are unhashable: the contract never compares or "
+                                "hashes a pool (the tests key pools by id)",
+        "BlockPool:+4:const:2": "n_copies becomes an optional fourth constructor argument, default 0: BlockPool(cfg, "
+                                "n, B) is the same",
+        "BlockPool:+5:const:2": "peak_used becomes an optional constructor argument, default 0: BlockPool(cfg, n, B) is "
+                                "the same",
+        "BlockPool:+6:drop:0": "k is no dataclass field (eq=False: only repr changes); __post_init__ sets it all the same",
+        "BlockPool:+6:const:1": "repr only",
+        "BlockPool:+7:drop:0": "v is no dataclass field (eq=False: only repr changes); __post_init__ sets it all the same",
+        "BlockPool:+7:const:1": "repr only",
+        "BlockPool:+8:drop:0": "_refs is no dataclass field (eq=False: only repr changes); __post_init__ sets it",
+        "BlockPool:+8:const:1": "repr only",
+        "BlockPool.__post_init__:+1:drop:0": _NUMPY + "a non-integer n_blocks is not graded",
+        "BlockPool.__post_init__:+2:drop:0": _NUMPY + "a non-integer block_size is not graded",
+        "BlockPool.__post_init__:+3:const:1": _SIZES,
+        "BlockPool.__post_init__:+3:bool:0": _SIZES,
+        "BlockPool.__post_init__:+3:const:3": _SIZES,
+        "BlockPool.__post_init__:+4:drop:0": _SIZES,
+        "BlockPool._id:+1:drop:0": _NUMPY + "alloc finds ids with list.index, so it still hands out ints; " + _WRONG_TYPE,
+        "BlockPool.alloc:+6:swap:0": _SYMMETRIC,
+        "PagedSequence._more:+2:swap:0": _SYMMETRIC,
+        "PagedSequence.reserve:+1:drop:0": _NUMPY + _WRONG_TYPE,
+        "_ids:+2:bool:0": _EMPTY,
+        "_ids:+3:drop:0": _EMPTY,
+        "_ids:+5:cmp:0": "an object array (an int beyond int64, a non-integer) is rejected outright with ValueError, as "
+                         "the contract wants; a float or bool array fails _whole: ValueError all the same",
+        "_ids:+6:drop:0": "a float or bool array gets through: " + _WRONG_TYPE,
+        "_ids:+7:drop:0": "an object array stays one: an int beyond int64 fails the range check (ValueError), a "
+                          "non-integer is a wrong type",
+        "_demand:+10:swap:0": _SYMMETRIC,
+        "paged_step:+1:drop:0": "seqs indexes, zips and lens the same as a list or a tuple; chunks is rebuilt below",
+        "blockwise_attention:+2:const:1": "length 0 still raises ValueError: numpy's max() of no blocks' scores",
+        "blockwise_attention:+3:drop:0": "length 0 still raises ValueError: numpy's max() of no blocks' scores",
+        "blockwise_attention:+7:swap:0": _SYMMETRIC,
+    },
 }
 
 
