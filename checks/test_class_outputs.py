@@ -193,8 +193,12 @@ def test_stubs_only_needs_every_failure_to_be_a_todo():
     half = results_of({cid: [todo if i % 2 else "your code raised an exception: TypeError"]
                        for i, cid in enumerate(rubric.CHECKS)})
     some = results_of({cid: [todo] for cid in list(rubric.CHECKS)[1:]})           # one check passes
-    flags = _flags({"s": "x = 1\n", "h": "x = 2\n", "o": "x = 3\n"}, {"s": stubs, "h": half, "o": some})
-    assert flags.not_started == {"s": "stubs only"}
+    headed = results_of({cid: [f"the runs check {cid} compares yours with:\n  {todo}"] for cid in rubric.CHECKS})
+    wrong = results_of({cid: [f"the runs check {cid} compares yours with:\n  logits differ\n  {todo}"]
+                        for cid in rubric.CHECKS})     # a heading whose message is not a TODO's
+    flags = _flags({"s": "x = 1\n", "h": "x = 2\n", "o": "x = 3\n", "r": "x = 4\n", "w": "x = 5\n"},
+                   {"s": stubs, "h": half, "o": some, "r": headed, "w": wrong})
+    assert flags.not_started == {"s": "stubs only", "r": "stubs only"}
 
 
 def _profile(text):

@@ -149,10 +149,12 @@ _WORKS = {}     # probe -> None (works) or what failed
 def part2_problem(pk):
     """None when paged_step gives the contiguous forward's logits, stores K/V through the tables and
     leaves each table ceil(length / B) blocks on a small script (two sequences on a pool whose first
-    block the test holds), else what failed.
+    three blocks the test holds, and gives two of them back midway: seq 0's table ends out of order,
+    [3, 4, 0] with the contract's allocator), else what failed.
     Part 4's comparisons of logits, samples and savings need it; they wait (are skipped) while it does not."""
     if "part2" not in _WORKS:
-        actions = [["alloc"], ["new"], ["new"], ["step", [0, 1], [tokens(6, 1), tokens(3, 2)]],
+        actions = [["alloc"], ["alloc"], ["alloc"], ["new"], ["new"],
+                   ["step", [0, 1], [tokens(6, 1), tokens(3, 2)]], ["release", 0], ["release", 1],
                    ["step", [1, 0], [[5], [6]]], ["step", [0], [tokens(3, 3)]]]
         try:
             _WORKS["part2"] = _part2_problem(pk, actions)
@@ -162,7 +164,7 @@ def part2_problem(pk):
 
 
 def _part2_problem(pk, actions):
-    records = sc.step_script(pk, n_blocks=12, block_size=4, actions=actions, record_kv=True)["records"]
+    records = sc.step_script(pk, n_blocks=7, block_size=4, actions=actions, record_kv=True)["records"]
     base = Contiguous()
     for i, rec in enumerate(records):
         if rec["error"] is not None:

@@ -80,6 +80,10 @@ BUGS = [
       (("BlockPool.decref", "        b = self._in_use(b)\n        self._ref[b] -= 1\n",
         "        if self.refcount(b) == 0:\n            return\n        b = self._in_use(b)\n        self._ref[b] -= 1\n"),)),
     # ------------------------------------------------------------------ Part 2
+    B("read_in_physical_order", "paged_step", "read gathers the table's blocks in physical order (sorted), "
+      "not table order, and the step gathers so too: right only while every table is increasing",
+      (("PagedSequence.read", "_slots(self.blocks, ", "_slots(sorted(self.blocks), "),
+       ("paged_step", "_slots([seqs[i].blocks for i in idx]", "_slots([sorted(seqs[i].blocks) for i in idx]"))),
     B("positions_mod_block", "paged_step", "positions restart at 0 in every block (start % block_size)",
       (("paged_step", _EMBED, _EMBED.replace(", start)", ", start % pool.block_size)")),)),
     B("no_causal_mask", "paged_step", "no causal mask within a chunk: every query sees the whole chunk",
