@@ -12,6 +12,7 @@ against the README's counts, so a change that starts needing one more file fails
 import fnmatch
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -250,21 +251,6 @@ MUTANTS += [M("rollback_keeps_blocks", "rollback", "rollback never gives a block
               (("rollback", "    for b in seq.blocks[keep:]:\\n        seq.pool.decref(b)\\n", ""),), "rollback.drops")]
 
 BY_NAME = {m.name: m for m in MUTANTS}'''),
-    ("grader/selftest/unseen.py", "\n_OPERATORS = (", '''
-BUGS += [B("rollback_to_one_short", "rollback", "rollback_to keeps one token more than asked",
-           (("rollback_to", "    return rollback(seq, seq.length - length)\\n",
-             "    return rollback(seq, seq.length - length - 1)\\n"),))]
-
-_OPERATORS = ('''),
-    ("grader/selftest/strategic.py", "\nTRICKS = [", '''
-BUGS["rollback_keeps_blocks"] = Bug("rollback_keeps_blocks", "rollback", "mutants.py: rollback never gives a block back",
-                                    mutants.BY_NAME["rollback_keeps_blocks"].edits)
-PAIRS.append(Pair("rollback+prefill_45", "rollback_keeps_blocks", ("prefill_45",),
-                  "a Part 7 bug costs the same beside a Part 2 logits bug"))
-
-TRICKS = ['''),
-    ("grader/selftest/owners.py", "\n}\nREFERENCE_BLOCKS = {",
-     '\n    "rollback": ("rollback",), "rollback_to": ("rollback",),\n}\nREFERENCE_BLOCKS = {'),
     ("grader/selftest/coverage.py", "\nPART_WIDE = {", '''
 STATES["rollback"] = {"a sequence rolled back to nothing": lambda c, a: c.scenario == "rollback_script" and (
     c.inputs.get("n") == len(c.inputs["prompt"]) or c.inputs.get("to") == 0)}
@@ -370,8 +356,8 @@ def test_a_throwaway_bonus_part_7_that_uses_the_pool_the_sequences_and_the_step(
     The files it touches are counted; graded, the reference gets every bonus point and the starter's stubs
     are "not attempted"; then the checks that hold every part to the same rules run on the copy: tables,
     both editions and the bonus-off handout, the bonus not attempted and the demos, the registry, the
-    rubric's figures, the selftest corpus (a mutant, an unseen bug, a strategic pair of every part), and
-    the states of every part."""
+    rubric's figures, the selftest corpus (a mutant of every part; its strategic pair and its owners made
+    from the registry and mutants.py), and the states of every part."""
     for name, find, replace in PART7:
         edit(copy, name, find, replace)
     for name, text in PART7_NEW.items():
@@ -400,10 +386,11 @@ def test_a_throwaway_bonus_part_7_that_uses_the_pool_the_sequences_and_the_step(
             "checks/test_selftest.py::test_unseen_bugs_are_new_and_apply",
             "checks/test_selftest.py::test_new_code_elsewhere_breaks_no_edit", "checks/test_generate.py")
     assert r.returncode == 0, r.stdout[-3000:]
-    r = run(copy, sys.executable, "-c", "from grader.selftest import coverage, verify_corpus as v, mutants; "
+    r = run(copy, sys.executable, "-c", "from grader.selftest import coverage, verify_corpus as v, mutants, strategic; "
             "ref = v.load_reference(); pk = v.load(mutants.apply(mutants.BY_NAME['rollback_keeps_blocks']), 'm'); "
-            "print(coverage.missing(0), v.hidden_verdict(pk, ref, 'rollback.drops') is not None)")
-    assert r.stdout.split() == ["[]", "True"], r.stdout + r.stderr[-2000:]
+            "print(coverage.missing(0), v.hidden_verdict(pk, ref, 'rollback.drops') is not None, "
+            "[p.name for p in strategic.PAIRS if strategic.BUGS[p.x].part == 'rollback'])")
+    assert r.stdout.strip().split(None, 2) == ["[]", "True", "['rollback_keeps_blocks+prefill_45']"], r.stdout + r.stderr[-2000:]
 
 
 @pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
@@ -423,3 +410,12 @@ def test_a_check_added_without_its_judge_is_a_grader_error(copy):
     assert r.returncode == 3 and not out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
     assert "the grader itself failed" in r.stderr, r.stderr[-3000:]
     assert "JUDGES lacks copy_on_write.fork_again" in r.stderr, r.stderr[-3000:]
+
+
+def test_the_readme_counts_the_files_the_rehearsal_touches():
+    """README's table and recipe say the rehearsal's count: a step added to the recipe changes both."""
+    text = (ROOT / "README.md").read_text()
+    n = len(BY_HAND)
+    assert f"| {n + len(GENERATED)}: {n} by hand (below)" in text and f"(Part 6 took these {n}," in text
+    recipe = text[text.index("(Part 6 took these"):text.index("Made for it, not written")]
+    assert len(re.findall(r"(?:^|\s)(\d+)\. `", recipe)) == n

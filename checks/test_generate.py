@@ -87,6 +87,7 @@ def test_every_mutant_of_the_reference_compiles_differs_and_is_labelled(referenc
         assert generate.kind_of(m) in generate.KINDS
     assert len(texts) == len(ms)
     assert {generate.kind_of(m) for m in ms} == set(generate.KINDS)
+    assert {m.part for m in ms} == parts            # every part's own bugs nobody wrote (unseen.py needs none)
 
 
 def test_names_are_anchored_on_functions_not_file_lines(reference):
@@ -149,6 +150,8 @@ def test_a_stratified_sample_takes_every_part_and_kind_first(reference):
     picked = generate.sample(items, len(strata))
     assert {(e.mutant.part, e.kind) for e in picked} == strata
     assert [e.name for e in generate.sample(items, 40)] == [e.name for e in generate.sample(items, 40)]
+    parts = {e.mutant.part for e in items}
+    assert {e.mutant.part for e in generate.sample(items, len(parts))} == parts     # one of each part first
 
 
 def test_every_hand_written_mutant_is_anchored_where_generate_anchors_its_line():

@@ -82,3 +82,19 @@ def test_the_summary_counts_each_figure_once():
     assert s["cascade"] == {"overall": 1, "within_core": 0, "into_bonus": 1, "named": 0}
     assert s["spread"] == {"median": 1.0, "max": 3.0} and [x["name"] for x in s["spread_over_2"]] == ["a"]
     assert [(o["name"], o["part"], o["own"]) for o in s["oracle_violations"]] == [("b", "allocator", True)]
+
+
+def test_violations_lists_each_failed_proof_once_and_a_clean_corpus_none():
+    clean = [rec("a", ["allocator"], {"0": {"allocator": 1}, "1": {"allocator": 2}}, public={"allocator": ["t"]}),
+             rec("eq", ["paged_step"], {"0": {}, "1": {}}),
+             rec("named", ["allocator"], {"0": {"allocator": 3, "paged_step": 4}, "1": {"allocator": 3, "paged_step": 4}},
+                 messages={"paged_step": "pool raised: fix Part 1 first"})]
+    assert proofs.violations(clean, NUMBERS, equivalent={"eq"}) == []
+    broken = [rec("died", ["allocator"], {"0": {"allocator": 1}, "1": None}),
+              rec("spared", ["paged_step"], {"0": {"paged_step": 1}, "1": {}}, public={"paged_step": ["t"]}),
+              rec("wide", ["paged_step"], {"0": {"paged_step": 1}, "1": {"paged_step": 4, "prefix_cache": 1}},
+                  messages={"paged_step": "got NoneType"})]
+    lines = proofs.violations(broken, NUMBERS)
+    assert [line.split(":")[0] for line in lines] == ["not graded on seeds ['1']", "kill", "oracle", "cascade",
+                                                      "spread", "NoneType", "NoneType"], lines   # a line per seed
+    assert all(name in line for line, name in zip(lines, ["died", "spared", "spared", "wide", "wide", "wide", "wide"]))

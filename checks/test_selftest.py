@@ -157,19 +157,37 @@ def test_strategic_verdicts():
 
 
 def test_unseen_bugs_are_new_and_apply():
-    """Fast: at least 40 realistic bugs in every part, each edit exactly once, none a copy of a mutant."""
+    """Fast: at least 40 realistic bugs, each edit exactly once, none a copy of a mutant. (A new part needs
+    none of its own: the generated corpus has every part's bugs nobody wrote, checks/test_generate.py.)"""
     sys.path.insert(0, str(REPO))
     from grader.selftest import mutants, unseen
     seen = {mutants.apply(m) for m in mutants.MUTANTS}
     texts = [mutants.apply(b) for b in unseen.BUGS]
-    assert len(unseen.BUGS) >= 40 and {b.part for b in unseen.BUGS} == set(unseen.PARTS)
+    assert len(unseen.BUGS) >= 40 and {b.part for b in unseen.BUGS} <= set(unseen.PARTS)
     assert not [b.name for b, t in zip(unseen.BUGS, texts) if t in seen]
     assert len(set(texts)) == len(texts)
     assert len(unseen.systematic()) >= 40
 
 
+GENERATED = ["--sample", "16", "--seeds", "1,3", "--corpus", "generated"]     # make check's share of the corpus
 BACKGROUND = {"test_grader_passes_its_selftest": lambda: [sys.executable, "-m", "grader.selftest.run"],
-              "test_corpus_verified_in_process": lambda: [sys.executable, "-m", "grader.selftest.verify_corpus"]}
+              "test_corpus_verified_in_process": lambda: [sys.executable, "-m", "grader.selftest.verify_corpus"],
+              "test_generated_mutants_hold_every_proof":
+                  lambda: [sys.executable, "-m", "grader.selftest.generate", *GENERATED, "--enforce"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_generated_mutants_hold_every_proof(background):
+    """Bugs nobody here wrote: a stratified sample of the generated corpus (grader/selftest/generate.py,
+    one mutant per part and kind of edit first), graded on two seeds other than the hand-written
+    corpus's, holds every proof (proofs.violations): killed on both seeds unless equivalent.py says why
+    not, a failing public test loses hidden points in its part, a loss outside the mutant's parts names
+    one of them to fix first, its total moves by 2 points at most, no "got NoneType". The whole corpus
+    on 5 seeds is `python -m grader.selftest.generate` (README)."""
+    code, said = background.wait(880)
+    print(said[-12000:])
+    assert code == 0, "a proof failed on the generated sample: see PROOF FAILED lines above"
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ come from the graded mode, the grader's own command line).
 
     python -m grader.selftest.generate [--seeds 0-4] [--sample N] [--source solution|variant NAME]
         [--corpus generated,mutants,unseen] [--mode graded|inprocess|both] [--jobs 2] [--json PATH]
-        [--findings PATH] [--records PATH] [--names A,B] [--list]
+        [--findings PATH] [--records PATH] [--names A,B] [--list] [--enforce]
 
 prints per corpus: killed on every seed / on some / on none (survivors, those listed in equivalent.py,
 those verify_corpus catches), the cascade (overall, within Parts 1-4, into the bonus, named by "fix
@@ -380,12 +380,20 @@ def entries(corpora, variant=None):
 
 def sample(items, n):
     """A deterministic sample of n items of one corpus, stratified by part and operator kind: the
-    strata in turn, each taken in a low-discrepancy order (golden-ratio steps), so any n spreads."""
+    strata in turn, one of each part in each round (each part's kinds in an order of its own), each
+    stratum taken in a low-discrepancy order (golden-ratio steps), so any n spreads over the parts."""
     strata = {}
     for e in items:
         strata.setdefault((e.mutant.part, e.kind), []).append(e)
-    queues = [[group[i] for i in sorted(range(len(group)), key=lambda i: (i * 0.6180339887498949) % 1.0)]
-              for _, group in sorted(strata.items())]
+    parts = sorted({p for p, _ in strata})
+
+    def turn(key):
+        part, kind = key
+        mine = sorted((k for p, k in strata if p == part),
+                      key=lambda k: (KINDS.index(k) + 5 * parts.index(part)) % len(KINDS) if k in KINDS else len(KINDS))
+        return mine.index(kind), parts.index(part)
+    queues = [[strata[key][i] for i in sorted(range(len(strata[key])), key=lambda i: (i * 0.6180339887498949) % 1.0)]
+              for key in sorted(strata, key=turn)]
     picked = set()
     while len(picked) < min(n, len(items)):
         for q in queues:
@@ -418,6 +426,9 @@ def _arguments(argv):
     ap.add_argument("--records", help="no grading: summarize the records of an earlier --json again (with today's "
                     "labels and EQUIVALENT, and verify_corpus on the survivors that lack it; give its --source)")
     ap.add_argument("--list", action="store_true", help="list the corpus (name, parts, bug) and stop")
+    ap.add_argument("--enforce", action="store_true", help="exit 1 when a proof fails on a graded corpus: a mutant "
+                    "not killed on every seed (but equivalent.py's), an oracle pair, an unnamed cascade, a spread "
+                    "over 2 points, a 'got NoneType' (make check's sample)")
     args = ap.parse_args(argv)
     args.variant = None
     if args.source[0] == "variant" and len(args.source) == 2:
@@ -491,6 +502,13 @@ def main(argv=None):
         if path:
             with open(path, "w") as f:
                 json.dump(what, f, indent=1)
+    if args.enforce:
+        broken = [line for mode, records in graded.items() if mode == "graded"
+                  for line in proofs.violations(records, numbers, table)]
+        for line in broken:
+            print(f"PROOF FAILED {line}")
+        print(f"proofs: {len(broken)} violations on {len(items)} mutants, seeds {out['seeds']}")
+        return 1 if broken or "graded" not in graded else 0
     return 0
 
 

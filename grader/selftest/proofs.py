@@ -9,6 +9,7 @@ records it already has (checks/test_proofs.py shows each on small records).
                        named: each check losing them says "fix Part N first" with N one of its parts
   spread_violations    a mutant whose total loss differs by more than `limit` points between seeds
   nonetype_messages    every feedback message saying "got NoneType" (the code raised, or returned None?)
+  violations           all of them as lines (generate --enforce, make check's sample)
 A seed whose grading failed ("lost": None) is left out of every proof (and counted in the summary).
 """
 import re
@@ -101,6 +102,23 @@ def nonetype_messages(records):
     """[(name, seed, check, line)] of every feedback line saying "got NoneType"."""
     return [(rec["name"], s, check, line.strip()) for rec in records for s, v in rec["seeds"].items()
             for check, text in v.get("messages", {}).items() for line in text.splitlines() if NONETYPE in line]
+
+
+def violations(records, numbers, equivalent=(), limit=2.0, eps=EPS):
+    """Every proof's violations as lines (empty: the corpus holds them all); what make check enforces
+    on its sample of the generated corpus. A mutant with a seed not graded is one too: a case the
+    grader could not judge proves nothing."""
+    out = [f"not graded on seeds {[s for s, v in r['seeds'].items() if v.get('lost') is None]}: {r['name']}"
+           for r in records if any(v.get("lost") is None for v in r["seeds"].values())]
+    out += [f"kill: {n} loses no point on seeds {s} (not listed in equivalent.py)"
+            for n, s in kill_violations(records, equivalent, eps)]
+    out += [f"oracle: {n} fails public tests of {p} and loses no hidden point there on seeds {s}"
+            for n, p, s in oracle_violations(records, eps)]
+    out += [f"cascade: {n} loses points outside its parts without naming one to fix first: {w}"
+            for n, w in cascade_violations(records, numbers, eps)]
+    out += [f"spread: {n}'s total moves by {x} points over the seeds: {t}" for n, x, t in spread_violations(records, limit)]
+    out += [f"NoneType: {n} at seed {s}, {c}: {line}" for n, s, c, line in nonetype_messages(records)]
+    return out
 
 
 # ------------------------------------------------------------------------------------ the summary

@@ -298,6 +298,14 @@ PAIRS = [
          "forgets (the ledger's refcounts show it as the pool's would)"),
 ]
 
+for _part in PARTS:         # a part without a pair of its own (a new one) gets one: its first mutant beside a Part 2 bug
+    if not any(BUGS[p.x].part == _part for p in PAIRS):
+        _mut = next(m for m in mutants.MUTANTS if m.part == _part)
+        BUGS.setdefault(_mut.name, Bug(_mut.name, _part, "mutants.py: " + _mut.bug.split(". ")[0], _mut.edits))
+        _s = "copy_block_target" if _part == "paged_step" else "prefill_45"
+        PAIRS.append(Pair(f"{_mut.name}+{_s}", _mut.name, (_s,),
+                          f"a Part {mutants.registry.number(_part)} bug costs the same beside a bug of another part"))
+
 TRICKS = [
     Trick("memo_twin", ("p5_zero_logits",), "memo_twin",
           "a twin computed in the submission's process can be served from memory: Part 5 logits must not pass",
