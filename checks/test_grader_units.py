@@ -612,3 +612,29 @@ def test_a_hidden_module_of_no_part_does_not_load():
     from grader.hidden.conftest import BindingError, bind
     with pytest.raises(BindingError, match="no part of tests/registry.py has this test file"):
         bind(_hidden_module("test_frobnicate", {}, {}))
+
+
+def test_a_drawn_case_counts_only_once_the_core_cases_pass():
+    """score.counted, worked out by hand: a drawn case is left out while a core case fails (the loss is then
+    the core's, the same on every seed), and counts as any case once they all pass."""
+    from grader import score
+    ok, bad = (True, ""), (False, "x")
+    assert score.counted([ok, ok, bad], [False, False, True]) == [ok, ok, bad]          # core clean: it counts
+    assert score.counted([bad, ok, bad], [False, False, True]) == [bad, ok]             # a core case fails
+    assert score.counted([bad, ok, ok], [False, False, True]) == [bad, ok]              # passed or not: left out
+    assert score.counted([bad, bad], [True, True]) == [bad, bad]                        # no core: all count
+    # hiding the drawn failure by failing a core case on purpose never pays: 1/2 lost instead of 1/3
+    lost = lambda outs: 1 - sum(o[0] for o in outs) / len(outs)
+    assert lost(score.counted([bad, ok, ok], [False, False, True])) > lost(score.counted([ok, ok, bad], [False, False, True]))
+
+
+def test_the_allocator_and_copy_on_write_checks_have_core_cases_and_one_drawn():
+    """Parts 1 and 4: every check's cases but its last are the same at every seed (conftest.drawn_flags), so
+    whether a bug is caught by them, and what it costs, is the same for every student."""
+    import importlib
+    from grader.hidden.conftest import bind, drawn_flags, rng_for
+    for name in ("test_allocator", "test_copy_on_write"):
+        for check_id, (plan, _) in bind(importlib.import_module(f"grader.hidden.{name}")).items():
+            for seed in (0, 3):
+                cases = plan(rng_for(seed, check_id))
+                assert drawn_flags(plan, check_id, seed, cases) == [False] * (len(cases) - 1) + [True], check_id

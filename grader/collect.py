@@ -9,10 +9,13 @@ sends N alone, validated by sandbox.py): N. grade.py uses it only to say "bonus 
 bonus part that scored nothing.
 """
 
+from grader import score
+
 
 class Collector:
     def __init__(self):
         self.checks = {}        # nodeid -> check id, for every collected case
+        self.drawn = set()      # nodeids of the cases drawn from the seed (conftest.drawn_flags)
         self.outcomes = {}      # nodeid -> (passed, message)
         self.errors = []        # problems of the grader itself (collection errors)
         self.todo_parts = {}    # check id -> N: its reply was a stub's NotImplementedError("TODO Part N")
@@ -24,6 +27,8 @@ class Collector:
             marker = item.get_closest_marker("check")
             if marker:
                 self.checks[item.nodeid] = marker.args[0]
+                if marker.kwargs.get("drawn"):
+                    self.drawn.add(item.nodeid)
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -44,11 +49,13 @@ class Collector:
             self.staff, self.grader_errors = grading.staff_lines(), list(grading.grader_errors)
 
     def by_check(self):
-        """check id -> [(passed, message)] over its collected cases; a case that never reported fails."""
+        """check id -> [(passed, message)] over the cases its score is made of (score.counted: a drawn
+        case only once every core case passed); a case that never reported fails."""
         out = {}
         for nodeid, check in self.checks.items():
-            out.setdefault(check, []).append(self.outcomes.get(nodeid, (False, "this case did not run")))
-        return out
+            outcome = self.outcomes.get(nodeid, (False, "this case did not run"))
+            out.setdefault(check, []).append((outcome, nodeid in self.drawn))
+        return {check: score.counted([o for o, _ in pairs], [d for _, d in pairs]) for check, pairs in out.items()}
 
 
 def _message(report):

@@ -1616,10 +1616,12 @@ class SwapRun:
         return len(self.handles) - 1
 
     def _other_seq(self):
-        """A sequence of another pool, holding one block of it."""
+        """A sequence of another pool, its table naming one block of it: the test sets it, taking no block
+        with that pool's alloc (a group with it is refused whatever its blocks are, and an alloc that
+        does not work is Part 1's, not a bad call of Part 6's)."""
         other = new_pool(self.pk, self.cfg, 2, self.B)
         seq = fresh_sequence(self.pk, other)
-        seq.blocks, seq.length = [other.alloc()], 1
+        seq.blocks, seq.length = [0], 1
         return seq
 
     def swap_in(self, h):

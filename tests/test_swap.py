@@ -262,6 +262,8 @@ def test_decoding_after_swap_in_gives_the_same_logits(pk):
     benches = {False: SwapBench(pk), True: SwapBench(pk)}       # (a pool that cannot be built: Part 1's, said first)
     if not support.part2_works(pk):
         support.wait(support.needs_part2(pk, "this comparison"))
+    if not support.copies_work(pk):         # the decode copies the shared last block: Part 4's copy-on-write
+        support.wait(support.needs_copies(pk))
     prm, prompt = sc.params(sc.config(), 0), support.tokens(7, 21)
 
     def decoded(swap):

@@ -81,6 +81,17 @@ def rng_for(seed, check_id):
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
+def drawn_flags(plan, check_id, seed, cases):
+    """Per case of a check's plan at `seed`: True when it is drawn from the seed (it differs at two
+    other seeds), False for a core case, the same for every student. score.counted scores a drawn case
+    only once every core case passes."""
+    others = [plan(rng_for(f"{seed}/other-{k}", check_id)) for k in (1, 2)]
+
+    def key(case):
+        return json.dumps([case.name, case.scenario, case.inputs], sort_keys=True, default=repr)
+    return [any(i >= len(o) or key(o[i]) != key(c) for o in others) for i, c in enumerate(cases)]
+
+
 class BindingError(Exception):
     """A hidden module whose plans and judges are not exactly its part's checks: the grader's own
     bug, so collection fails and no grading is made with it."""
@@ -127,8 +138,10 @@ def pytest_generate_tests(metafunc):
         cases = plan(rng_for(seed, check_id))
         _all_plans(metafunc.config)[check_id] = cases
         _all_judges(metafunc.config)[check_id] = judge
+        drawn = drawn_flags(plan, check_id, seed, cases)
         for i, case in enumerate(cases):
-            params.append(pytest.param((check_id, i), id=f"{check_id}[{i}]", marks=pytest.mark.check(check_id)))
+            params.append(pytest.param((check_id, i), id=f"{check_id}[{i}]",
+                                       marks=pytest.mark.check(check_id, drawn=drawn[i])))
     metafunc.parametrize("case", params or [pytest.param(None, marks=pytest.mark.skip("nothing to grade here"))])
 
 

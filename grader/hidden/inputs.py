@@ -2,8 +2,10 @@
 1 to 64 (not only powers of two), fragmented pools and random operation sequences. Where a script
 must stay meaningful (steps that just fit), the scenario counts it on the state it observes; Part 1's
 random scripts are drawn from the contract's rules alone (scenarios.random_pool_ops)."""
+import hashlib
 from collections import namedtuple
 
+import numpy as np
 
 import scenarios
 
@@ -13,6 +15,13 @@ import scenarios
 Case = namedtuple("Case", "name scenario inputs second", defaults=(None,))
 
 ODD_BLOCK_SIZES = (1, 2, 3, 5, 6, 7, 9, 11, 13, 16, 17, 24, 31, 33, 48, 64)
+
+
+def core_rng(name):
+    """A generator that is the same for every seed: a check's core cases draw from it, so the states
+    they reach (a full pool, a block handed out again, ...) do not depend on the student; the check's
+    last case draws from the student's rng."""
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(f"core:{name}".encode()).digest()[:8], "little"))
 
 
 def pick(rng, seq):

@@ -3,10 +3,12 @@
 Scripts name blocks by handle (#k: what the k-th alloc or copy_block that succeeded returned) and
 free blocks as the test knows them (scenarios.pool_script), so every allocation order runs the same
 script. Only allocator.lowest_free_first compares the ids alloc and copy_block return; the other
-checks compare the pool with every block named by its handle (rules.pool_view)."""
+checks compare the pool with every block named by its handle (rules.pool_view). Each check's cases but
+its last are the same for every seed (inputs.core_rng): a bug they catch costs the same for every
+student; the last case is drawn from the student's seed."""
 from scenarios import random_pool_ops
 
-from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, random_config
+from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, core_rng, pick, random_config
 from grader.hidden.judges import generic_judge, lowest_free_judge, pool_judge
 
 
@@ -21,17 +23,19 @@ def plan_layout(rng):
     fixed = [Case("TINY, one block of 1", "pool_layout", {"cfg": None, "n_blocks": 1, "block_size": 1}),
              Case("3 layers, 1 head of 2, 17 blocks of 16", "pool_layout", {"cfg": FIXED_CFG, "n_blocks": 17,
                                                                            "block_size": 16})]
-    return fixed + [Case(f"Config {i}", "pool_layout", {"cfg": cfg, "n_blocks": int(rng.integers(1, 40)),
-                                                         "block_size": pick(rng, ODD_BLOCK_SIZES)})
-                    for i, cfg in enumerate([None] + [random_config(rng) for _ in range(2)], start=2)]
+    core = core_rng("allocator.layout")
+    return fixed + [Case(f"Config {i}", "pool_layout", {"cfg": cfg, "n_blocks": int(r.integers(1, 40)),
+                                                         "block_size": pick(r, ODD_BLOCK_SIZES)})
+                    for i, (cfg, r) in enumerate([(None, core), (random_config(core), core),
+                                                  (random_config(rng), rng)], start=2)]
 
 
 def plan_lowest_free_first(rng):
     """Scattered frees, then allocs that take blocks back, and at the end one copy_block: never a full
     pool, never a bad call, so these scripts judge only which free block is picked (the copy comes
     last, so that a copy_block that mistreats its source's refcount cannot change a later pick)."""
-    cases = []
-    for n in (int(rng.integers(5, 9)), int(rng.integers(12, 20)), int(rng.integers(24, 40))):
+    cases, core = [], core_rng("allocator.lowest_free_first")
+    for rng, n in ((core, 7), (core, 16), (rng, int(rng.integers(24, 40)))):      # core, core, drawn
         ops, live = [["alloc"]] * n, list(range(n))          # live: the handles the test holds (refcount 1)
         for last in (False, False, True):
             gone = rng.permutation(len(live))[: int(rng.integers(2, len(live) // 2 + 2))].tolist()
@@ -51,14 +55,15 @@ def plan_refcounts(rng):
              ["refcount", 1], ["decref", 0], ["refcount", "freed"], ["alloc"], ["incref", ["int64", 3]],
              ["refcount", ["int32", 3]], ["decref", ["int64", 3]], ["decref", 1], ["decref", 1], ["refcount", 1],
              ["refcount", "unused"], ["decref", 2], ["incref", ["int32", 3]], ["decref", 3], ["decref", ["int64", 3]]]
-    w = {"alloc": 2, "incref": 3, "decref": 4, "refcount": 2}
+    w, core = {"alloc": 2, "incref": 3, "decref": 4, "refcount": 2}, core_rng("allocator.refcounts")
     return [script("5 blocks, the same script for every seed", 5, fixed)] + \
-        [script(f"{n} blocks", n, random_pool_ops(rng, n, 60, w)) for n in (4, 9, int(rng.integers(10, 30)))]
+        [script(f"{n} blocks", n, random_pool_ops(r, n, 60, w)) for r, n in ((core, 4), (core, 9),
+                                                                              (rng, int(rng.integers(10, 30))))]
 
 
 def plan_peak_used(rng):
-    cases = []
-    for n in (6, int(rng.integers(8, 16)), int(rng.integers(16, 30))):
+    cases, core = [], core_rng("allocator.peak_used")
+    for rng, n in ((core, 6), (core, 12), (rng, int(rng.integers(16, 30)))):      # core, core, drawn
         up = int(rng.integers(2, n))
         ops = [["alloc"]] * up + [["decref", h] for h in range(up)] + [["alloc"]] * int(rng.integers(1, up + 1))
         ops += [["incref", up], ["decref", up]] + [["alloc"]] * (n - up + 1)     # #up: the first block taken back
@@ -67,17 +72,17 @@ def plan_peak_used(rng):
 
 
 def plan_exhaustion(rng):
-    n = int(rng.integers(3, 9))
+    n, m = int(rng.integers(3, 9)), 5
     return [
         script("one block", 1, [["alloc"], ["alloc"], ["decref", 0], ["alloc"], ["alloc"]]),
-        script(f"{n} blocks", n, [["alloc"]] * (n + 2) + [["decref", n // 2], ["alloc"], ["alloc"]]),
+        script(f"{m} blocks", m, [["alloc"]] * (m + 2) + [["decref", m // 2], ["alloc"], ["alloc"]]),
         script(f"{n} blocks, shared", n, [["alloc"]] * n + [["incref", 1], ["decref", 1], ["alloc"],
                                                             ["decref", 1], ["alloc"], ["alloc"]]),
     ]
 
 
 def plan_bad_ids(rng):
-    n = int(rng.integers(4, 12))
+    n, drawn = 7, int(rng.integers(4, 12))           # the first two scripts are the same for every seed
     ops = [["alloc"], ["alloc"], ["alloc"], ["decref", 1]]
     for kind in ("incref", "decref", "copy", "refcount"):
         ops += [[kind, ["id", -1]], [kind, ["id", n]], [kind, ["id", n + 5]], [kind, ["id", -n]],
@@ -85,14 +90,14 @@ def plan_bad_ids(rng):
     ops += [["decref", 2], ["decref", 2], ["refcount", 2], ["incref", 0], ["decref", 0], ["decref", 0], ["decref", 0]]
     full = [["alloc"]] * n + [["copy", ["id", n]], ["copy", ["id", -1]]]
     return [script(f"{n} blocks", n, ops), script(f"{n} blocks, full pool", n, full),
-            script("random bad ids", n, random_pool_ops(rng, n, 40, {"alloc": 2, "decref": 2, "bad": 3}))]
+            script("random bad ids", drawn, random_pool_ops(rng, drawn, 40, {"alloc": 2, "decref": 2, "bad": 3}))]
 
 
 def plan_copy_block(rng):
     """copy_block's result, refcounts and n_copies (Part 1's); the data it copies is judged in Part 4,
     which owns that a copied block holds its source's K and V."""
-    cases = []
-    for i, cfg in enumerate([None, random_config(rng), random_config(rng)]):
+    cases, core = [], core_rng("allocator.copy_block")
+    for i, (rng, cfg) in enumerate([(core, None), (core, random_config(core)), (rng, random_config(rng))]):
         n = int(rng.integers(4, 10))
         src = int(rng.integers(0, 3))
         ops = [["alloc"], ["alloc"], ["alloc"], ["copy", src], ["incref", 3], ["copy", 3], ["decref", 1], ["copy", 0]]
@@ -102,9 +107,9 @@ def plan_copy_block(rng):
 
 
 def plan_random_ops(rng):
-    w = {"alloc": 4, "incref": 2, "decref": 4, "copy": 1, "refcount": 1, "bad": 1}
-    return [script(f"{n} blocks, {length} operations", n, random_pool_ops(rng, n, length, w))
-            for n, length in ((3, 80), (int(rng.integers(6, 14)), 150), (int(rng.integers(14, 30)), 150))]
+    w, core = {"alloc": 4, "incref": 2, "decref": 4, "copy": 1, "refcount": 1, "bad": 1}, core_rng("allocator.random_ops")
+    return [script(f"{n} blocks, {length} operations", n, random_pool_ops(r, n, length, w))
+            for r, n, length in ((core, 3, 80), (core, 9, 150), (rng, int(rng.integers(14, 30)), 150))]
 
 
 PLANS = {

@@ -43,7 +43,8 @@ def plan_tables_layers(rng):
     large = attention("large scores (a softmax needs each head's own maximum)", rng, None, 16, 5, [7, 23, 2, 29],
                       [0, 1, 1, 0])
     for c in large.inputs["cases"]:
-        c["q_scale"] = float(rng.uniform(800, 1000))
+        c["q_scale"] = float(rng.uniform(8000, 10000))     # scores thousands apart: a shift by anything but the
+                                                            # maximum overflows on every seed, not only on some
     return cases + [large]
 
 

@@ -9,8 +9,9 @@ contract's rules on the submission's own tables and refcounts (rules.sharing_vio
   how many blocks an empty sequence or a chunk of many blocks takes (Part 2's count) is not asked here.
 The drivers run with the tokens (and beam scores) chosen by the test, not drawn from the logits, and
 are judged on the pool they leave after every step; their prefill is the test's grow (scenarios._StepWatch). Everything runs on TINY with an ample pool:
-which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's."""
-from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, pick, sharing_case, tokens
+which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's.
+Each check's cases but its last are the same for every seed (inputs.core_rng); the last is drawn."""
+from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, core_rng, pick, sharing_case, tokens
 from grader.hidden.judges import beam_judge, sampling_judge, sharing_judge
 
 
@@ -36,10 +37,11 @@ def fork_case(rng, B, first):
 def plan_fork(rng):
     """Forks of a partly filled table, of a full one, of an empty sequence, of forks: the same shapes for
     every seed (block sizes 3 and 4, lengths 7 and 8), then one drawn."""
-    cases = [fork_case(rng, 3, 7), fork_case(rng, 4, 8)]
+    core = core_rng("copy_on_write.fork")
+    cases = [fork_case(core, 3, 7), fork_case(core, 4, 8)]
     B = 5
-    actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["fork", 1],
-               grow(rng, 2, 1), grow(rng, 0, 2), ["fork", 2], grow(rng, 3, B)]
+    actions = [["new"], grow(core, 0, 2 * B + 1), ["fork", 0], ["fork", 1],
+               grow(core, 2, 1), grow(core, 0, 2), ["fork", 2], grow(core, 3, B)]
     cases.append(sharing_case(f"forks of forks, block size {B}", actions, block_size=B))
     B = pick(rng, (2, 5, 6, 8))
     return cases + [fork_case(rng, B, int(rng.integers(1, 4 * B)))]
@@ -56,8 +58,8 @@ def when_case(rng, B, part_len, full):
 
 
 def plan_copy_when_needed(rng):
-    B = pick(rng, (5, 6, 7))
-    return [when_case(rng, 3, 4, 3), when_case(rng, 4, 10, 8), when_case(rng, 2, 3, 4),
+    B, core = pick(rng, (5, 6, 7)), core_rng("copy_on_write.copy_when_needed")
+    return [when_case(core, 3, 4, 3), when_case(core, 4, 10, 8), when_case(core, 2, 3, 4),
             when_case(rng, B, partial(rng, B, 2), int(rng.integers(1, 3)) * B)]
 
 
@@ -69,13 +71,14 @@ def holders_case(rng, n, B, length, sizes):
 
 def plan_n_minus_1(rng):
     """n holders of a partly filled block write in turn: n - 1 copies, the last writes in place."""
-    cases = [holders_case(rng, 2, 4, 6, [(1, 1), (0, 3)]),
-             holders_case(rng, 4, 5, 7, [(2, 1), (0, 6), (3, 2), (1, 1)]),
-             holders_case(rng, 3, 16, 17, [(0, 1), (2, 16), (1, 2)])]
+    core = core_rng("copy_on_write.n_minus_1")
+    cases = [holders_case(core, 2, 4, 6, [(1, 1), (0, 3)]),
+             holders_case(core, 4, 5, 7, [(2, 1), (0, 6), (3, 2), (1, 1)]),
+             holders_case(core, 3, 16, 17, [(0, 1), (2, 16), (1, 2)])]
     n, B = 5, 3
-    actions = [["new"], grow(rng, 0, 2 * B + 2)] + [["fork", 0]] * (n - 1)
+    actions = [["new"], grow(core, 0, 2 * B + 2)] + [["fork", 0]] * (n - 1)
     order = [3, 0, 4, 1, 2]
-    actions += [grow(rng, i, 1) for i in order] + [grow(rng, i, 1) for i in order[::-1]]
+    actions += [grow(core, i, 1) for i in order] + [grow(core, i, 1) for i in order[::-1]]
     cases.append(sharing_case(f"{n} holders writing a token each, twice, block size {B}", actions, block_size=B))
     n, B = int(rng.integers(3, 6)), pick(rng, (4, 5, 7))
     order = rng.permutation(n).tolist()
@@ -90,7 +93,8 @@ def data_case(rng, B):
 
 
 def plan_copied_data(rng):
-    return [data_case(rng, B) for B in (2, 3, 5, 4, pick(rng, (6, 7, 9)))]
+    core = core_rng("copy_on_write.copied_data")
+    return [data_case(core, B) for B in (2, 3, 5, 4)] + [data_case(rng, pick(rng, (6, 7, 9)))]
 
 
 def free_case(rng, B, first, later):
@@ -102,10 +106,11 @@ def free_case(rng, B, first, later):
 
 
 def plan_free(rng):
-    cases = [free_case(rng, 2, 5, 3), free_case(rng, 4, 8, 9)]
+    core = core_rng("copy_on_write.free")
+    cases = [free_case(core, 2, 5, 3), free_case(core, 4, 8, 9)]
     B = 3
-    actions = [["new"], grow(rng, 0, 2 * B + 1), ["fork", 0], ["free", 0],
-               grow(rng, 1, 1), ["fork", 1], ["free", 1], grow(rng, 0, 3), grow(rng, 0, 1), grow(rng, 2, 1)]
+    actions = [["new"], grow(core, 0, 2 * B + 1), ["fork", 0], ["free", 0],
+               grow(core, 1, 1), ["fork", 1], ["free", 1], grow(core, 0, 3), grow(core, 0, 1), grow(core, 2, 1)]
     cases.append(sharing_case(f"free after fork, block size {B}", actions, block_size=B))
     B = pick(rng, (3, 5, 9))
     return cases + [free_case(rng, B, int(rng.integers(2, 4 * B)), int(rng.integers(1, 3 * B)))]
@@ -123,7 +128,7 @@ def invariance_case(rng, B, first, chunk):
 def plan_sharing_invariance(rng):
     """Forks stepped by paged_step: the same logits and K/V as the same code without sharing (its twin,
     a second run graded as Part 2's paged_step.replays)."""
-    return [invariance_case(rng, 3, 7, 2), invariance_case(rng, 4, 8, 4)]
+    return [invariance_case(core_rng("copy_on_write.sharing_invariance"), 3, 7, 2), invariance_case(rng, 4, 8, 4)]
 
 
 def sampling_case(rng, n, B, prompt_len, max_new):
@@ -136,7 +141,8 @@ def sampling_case(rng, n, B, prompt_len, max_new):
 def plan_parallel_sampling(rng):
     """A prompt with a partly filled last block and one that fills whole blocks, then one drawn."""
     n, B = int(rng.integers(3, 7)), pick(rng, ODD_BLOCK_SIZES[1:12])
-    return [sampling_case(rng, 2, 4, 10, 7), sampling_case(rng, 4, 5, 15, 9), sampling_case(rng, 6, 3, 7, 12),
+    core = core_rng("copy_on_write.parallel_sampling")
+    return [sampling_case(core, 2, 4, 10, 7), sampling_case(core, 4, 5, 15, 9), sampling_case(core, 6, 3, 7, 12),
             sampling_case(rng, n, B, int(rng.integers(B, 60)), int(rng.integers(4, 16)))]
 
 
@@ -148,7 +154,8 @@ def beams_case(rng, k, B, prompt_len, steps):
 
 def plan_beam_search(rng):
     k, B = int(rng.integers(3, 7)), pick(rng, ODD_BLOCK_SIZES[1:12])
-    return [beams_case(rng, 2, 3, 7, 8), beams_case(rng, 4, 4, 12, 10), beams_case(rng, 5, 2, 9, 6),
+    core = core_rng("copy_on_write.beam_search")
+    return [beams_case(core, 2, 3, 7, 8), beams_case(core, 4, 4, 12, 10), beams_case(core, 5, 2, 9, 6),
             beams_case(rng, k, B, int(rng.integers(B, 40)), int(rng.integers(4, 12)))]
 
 

@@ -61,6 +61,10 @@ EQUIVALENT = {
     "cached_prefill:+6:drop:0": "lookup checks the prompt by the same rules on an empty sequence before anything "
                                 "changes, and an empty prompt fails in paged_step before anything changes",
     "cached_prefill:+14:swap:0": _SYMMETRIC,
+    "SwapSpace.__init__:+1:drop:0": _NUMPY + "a non-integer n_blocks is not graded",
+    "SwapSpace.swap_out:+10:const:1": "the CPU blocks are taken from the other end of the free list: which CPU block "
+                                      "holds what is not observed (the contract, Part 6), only n_free, n_out, n_in "
+                                      "and what comes back",
 }
 
 VARIANTS = {

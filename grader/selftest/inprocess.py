@@ -25,7 +25,7 @@ from explain import hidden_feedback  # noqa: E402
 
 from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
-from grader.hidden.conftest import Context, _bound_checks, _unbuilt, _with_ledger, rng_for  # noqa: E402
+from grader.hidden.conftest import Context, _bound_checks, _unbuilt, _with_ledger, drawn_flags, rng_for  # noqa: E402
 
 
 def load(path, tag):
@@ -54,6 +54,12 @@ def bound_checks():
 def cases(check_id, seed):
     """A check's hidden cases at a seed, drawn as a grading draws them (coverage, leaks, strategic)."""
     return bound_checks()[check_id][0](rng_for(seed, check_id))
+
+
+def drawn(check_id, seed, bound=None):
+    """Per case of a check at a seed: drawn from the seed (True) or core (conftest.drawn_flags)."""
+    plan = (bound or bound_checks())[check_id][0]
+    return drawn_flags(plan, check_id, seed, plan(rng_for(seed, check_id)))
 
 
 def _batch(pk, calls, sent=False):

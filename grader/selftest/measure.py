@@ -176,6 +176,8 @@ def _judge_all(text, seed, tag, ref, bound):
                 continue
             msgs = [why] * 1 if pk is None else inprocess.judge_check(pk, ref, c, seed, bound)
             by_check[c] = [(m is None, m) for m in msgs]
+            if pk is not None:          # scored as a grading scores (score.counted)
+                by_check[c] = score.counted(by_check[c], inprocess.drawn(c, seed, bound))
     return {r["check"].id: (round(r["check"].points - r["points"], 3),
                             "\n".join(str(m) for m in r["failures"][:3])) for r in score.score(by_check)}
 
