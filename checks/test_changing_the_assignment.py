@@ -351,6 +351,7 @@ def _bonus(root):
 
 @pytest.mark.lane          # a process of its own beside the selftest (conftest.py)
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two gradings, the labtool and a dozen check modules on a copy: 70 s alone, more beside the selftest
 def test_a_throwaway_bonus_part_7_that_uses_the_pool_the_sequences_and_the_step(copy):
     """A bonus Part 7 (two functions on a sequence stepped by paged_step, two checks) made as README.md says.
     The files it touches are counted; graded, the reference gets every bonus point and the starter's stubs
