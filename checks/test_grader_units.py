@@ -638,3 +638,19 @@ def test_the_allocator_and_copy_on_write_checks_have_core_cases_and_one_drawn():
             for seed in (0, 3):
                 cases = plan(rng_for(seed, check_id))
                 assert drawn_flags(plan, check_id, seed, cases) == [False] * (len(cases) - 1) + [True], check_id
+
+
+def test_a_message_ending_with_a_value_keeps_it_through_pytest():
+    """pytest's report drops a message's trailing \\x1f (str.strip counts it as whitespace): the collector
+    closes the marks again, so "...: AttributeError" shows its kind instead of nothing (issue 33)."""
+    from types import SimpleNamespace
+
+    import explain
+    from grader import collect, feedback
+    with explain.hidden_feedback(explain.Ranges(n_blocks=4, max_len=8, refs=4, most=255)):
+        said = "your code raised: " + explain.their("AttributeError", "message")
+    assert said.endswith(explain.END) and collect._OPEN == explain.VALUE + explain.TRUSTED + explain.GROUP
+    report = SimpleNamespace(skipped=False, when="call", longreprtext=said.strip())     # as pytest hands it over
+    got = collect._message(report)
+    assert feedback.resolve(got, "full", {"allocator": 640}, "allocator") == "your code raised: AttributeError"
+    assert collect._message(SimpleNamespace(skipped=False, when="call", longreprtext="plain text\n")) == "plain text"
