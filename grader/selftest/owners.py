@@ -67,7 +67,7 @@ class Written:
     def __init__(self, text, table=REFERENCE, blocks=REFERENCE_BLOCKS):
         tree = ast.parse(text)
         self.classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.table, self.regions = table, []
+        self.table, self.regions, self.named = table, [], _named()
         lines = text.splitlines()
         for (qualname, head), parts in blocks.items():
             node = _find_statement(tree, qualname, head, lines)
@@ -82,7 +82,7 @@ class Written:
             return self.table[unit]
         if unit.split(".")[0] in self.table:
             return self.table[unit.split(".")[0]]
-        return (_named()[unit] if unit in _named() else _named()[unit.split(".")[0]],)
+        return (self.named[unit] if unit in self.named else self.named[unit.split(".")[0]],)
 
 
 def _named():
