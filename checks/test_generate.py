@@ -90,6 +90,13 @@ def test_every_mutant_of_the_reference_compiles_differs_and_is_labelled(referenc
     assert {m.part for m in ms} == parts            # every part's own bugs nobody wrote (unseen.py needs none)
 
 
+def test_every_equivalent_entry_names_a_mutant_of_the_corpus(reference):
+    """equivalent.py excuses by name: a name no mutant has any more (the source changed) must not linger."""
+    from grader.selftest import equivalent, unseen
+    names = {m.name for m in reference[1]} | {b.name for b in unseen.BUGS}
+    assert sorted(set(equivalent.EQUIVALENT) - names) == []
+
+
 def test_names_are_anchored_on_functions_not_file_lines(reference):
     text, ms = reference
     head = "    def alloc(self):\n"

@@ -459,7 +459,7 @@ def copy_note(probe):
         return ""
     if set(probe) != set(NORMAL_COPY) or type(probe["source_delta"]) is not int \
             or type(probe["copy_refcount"]) is not int or type(probe["copies_data"]) is not bool:
-        return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it."
+        return "Note: pool.copy_block failed on a pool of its own (Part 1): copy-on-write relies on it: fix Part 1 first."
     wrong = []
     if probe["source_delta"]:
         wrong.append(f"changes the source's refcount by {their(probe['source_delta'], 'count', '+d')} (it must "
@@ -469,7 +469,7 @@ def copy_note(probe):
         wrong.append(f"gives the copy refcount {their(probe['copy_refcount'], 'count')} (must be 1)")
     if not probe["copies_data"]:
         wrong.append("does not copy the source's K and V in every layer")
-    return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it."
+    return f"Note: your pool.copy_block {' and '.join(wrong)}; copy-on-write relies on it: fix Part 1 first."
 
 
 def refcount_note(probe):

@@ -142,10 +142,11 @@ def _storage_float64(pool, cfg, n_blocks, block_size):
 
 def fresh_sequence(pk, pool):
     """PagedSequence(pool) as a part other than Part 2 uses one: built by the implementation, then set
-    empty through the contract's attributes (blocks, length), so a constructor's bug, Part 2's, does
-    not reach Parts 4, 5 and 6 (the test sets a sequence's state, as it does when it adopts or mirrors)."""
+    empty through the contract's attributes (pool, blocks, length), so a constructor's bug, Part 2's,
+    does not reach Parts 4, 5 and 6 through the test's own sequences (the test sets a sequence's state,
+    as it does when it adopts or mirrors); through fork and swap_in it does, and sequence_probe names it."""
     seq = build("PagedSequence", pk.PagedSequence, pool)
-    seq.blocks, seq.length = [], 0
+    seq.pool, seq.blocks, seq.length = pool, [], 0
     return seq
 
 
@@ -357,12 +358,15 @@ def random_pool_ops(rng, n_blocks, length, weights):
 
 
 # ------------------------------------------------------------------------- Part 2 and 4 scenarios
-def gathered_kv(seq):
+def gathered_kv(seq, pool=None):
     """K and V of every written position, read straight from pool storage through the block table
     (the contract's layout), so a wrong copy or a write into a shared block shows up in the data.
     {"k", "v"} arrays [n_layers, length, H, Dh], or {"short": [length, blocks, block size]} when the
-    table holds too few blocks for the length (then there is nothing to read)."""
-    pool, B = seq.pool, seq.pool.block_size
+    table holds too few blocks for the length (then there is nothing to read). pool: the script's own
+    (every sequence of it is of that pool), so a sequence its constructor left without one (Part 2's,
+    named by sequence_probe) is read all the same."""
+    pool = seq.pool if pool is None else pool
+    B = pool.block_size
     length, table = as_int(seq.length), [as_int(b) for b in seq.blocks]
     if not isinstance(length, int) or not all(isinstance(b, int) for b in table):
         return {"short": [-1, len(table), B]}
@@ -425,7 +429,7 @@ def copy_probe(pk, cfg=None):
     copy's refcount, and whether the copy holds the source's K and V in every layer. A failing
     copy-on-write check says so when it is not what the contract says (copy-on-write relies on it)."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, 4, 3)
+    pool = _storage_float64(new_pool(pk, cfg, 4, 3), cfg, 4, 3)     # (a missing storage is pool_layout's)
     fill_storage(pool, 11)
 
     def run():
@@ -472,23 +476,31 @@ REFCOUNT_CALLS = ("refcount", "incref", "decref")
 
 
 def refcount_probe(pk, cfg=None):
-    """What incref, decref and refcount do on every block of a pool of its own that alloc handed out
-    (refcount 1, 2, 3, 2, 1): None when they do what the contract says, else the first call that
-    raised ({"call", "error": kind}) or whose count was wrong ({"call", "wrong": True}). Part 4 is
-    judged through them (fork increfs, free decrefs, the rules read refcounts), so a failing Part 4
-    check names Part 1 when they do not work."""
+    """What incref, decref and refcount do on a pool of its own: every block's refcount 0 at first;
+    two blocks alloc hands out (of 5: the pool is never full) go 1, 2, 3, 2, 1, 0, the others staying
+    0 all along. None when they do what the contract says, else the first call that raised ({"call",
+    "error": kind}) or whose count was wrong ({"call", "wrong": True}). Part 4 is judged through them
+    (fork increfs, free decrefs, the rules read every block's refcount), so a failing Part 4 check
+    names Part 1 when they do not work."""
     cfg = config(cfg)
-    pool = new_pool(pk, cfg, 4, 2)
-    current = ["alloc"]
+    pool = new_pool(pk, cfg, 5, 2)
+    current = ["refcount"]
+
+    def counts(want):
+        current[0] = "refcount"
+        return [as_int(pool.refcount(b)) for b in range(5)] == want
 
     def run():
-        for b in [pool.alloc() for _ in range(4)]:
-            for call, want in ((None, 1), ("incref", 2), ("incref", 3), ("decref", 2), ("decref", 1)):
+        if not counts([0] * 5):
+            return {"call": "refcount", "wrong": True}
+        current[0] = "alloc"
+        held = [as_int(pool.alloc()) for _ in range(2)]
+        for i, b in enumerate(held):
+            for call, want in ((None, 1), ("incref", 2), ("incref", 3), ("decref", 2), ("decref", 1), ("decref", 0)):
                 if call:
                     current[0] = call
                     getattr(pool, call)(b)
-                current[0] = "refcount"
-                if as_int(pool.refcount(b)) != want:
+                if not counts([want if x == b else int(x in held[i + 1:]) for x in range(5)]):
                     return {"call": call or "refcount", "wrong": True}
         return None
     result, error = attempt(run)
@@ -716,6 +728,69 @@ def layout_probe(pk, cfg=None):
     return result if error is None else error["kind"]
 
 
+def sequence_probe(pk, cfg=None):
+    """Whether PagedSequence(pool) starts as the contract says (pool, blocks [], length 0), on a pool of
+    its own: True, False, the error's kind, or None when no pool could be built (Part 1's). fork,
+    swap_in and a cache's own checks build sequences with it, so a check of Parts 4-6 that fails
+    names Part 2 when this is not True."""
+    try:
+        pool = new_pool(pk, config(cfg), 4, 4)
+    except Exception:  # noqa: BLE001  (no pool: Part 1's, said by its own checks)
+        return None
+
+    def run():
+        seq = pk.PagedSequence(pool)
+        return seq.pool is pool and type(seq.blocks) is list and seq.blocks == [] and as_int(seq.length) == 0
+    try:
+        result, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return bool(result) if error is None else error["kind"]
+
+
+def part2_probes(pk, cfg=None, step=True, ledger=None):
+    """What another part's scenario sends for its judge to name Part 2 with (judges.part2_note): the
+    sequence probe, and, for scripts that step, the step probe (once per implementation and Config)."""
+    out = {"sequence": probed(sequence_probe, pk, cfg)}
+    if step:
+        out["step"] = probed(step_probe, pk, cfg, ledger=ledger)
+    return out
+
+
+def step_probe(pk, cfg=None, ledger=None):
+    """What paged_step answers on a small script of a pool of its own (block size 3): three sequences
+    the test gives K/V in tables of their own, in any order (adopt), two of them at one position with
+    chunks of one size (a batched step groups them) and one elsewhere, stepped across a block boundary,
+    then the two decoded together: {"logits": [...], "lengths": [...]}, the error's kind, or None when
+    no pool could be built. The judge compares it with the reference's (judges.part2_note): a check of
+    another part that steps (Parts 4 and 5) names Part 2 when it differs."""
+    cfg = config(cfg)
+    prm = params(cfg, 3)
+    try:
+        pool = working_pool(pk, cfg, 16, 3, ledger)     # (Part 1's references and n_free kept by the ledger)
+    except Exception:  # noqa: BLE001  (no pool: Part 1's, said by its own checks)
+        return None
+
+    def run():
+        pool.alloc()                                    # (the test's: the sequences' blocks do not start at 0)
+        seqs = []
+        for n, order, seed in ((5, (1, 0), 11), (2, (0,), 12), (5, (0, 1), 13)):
+            blocks = [pool.alloc() for _ in order]
+            seq = fresh_sequence(pk, pool)
+            seq.blocks, seq.length = [blocks[k] for k in order], n
+            put_kv(pool, [as_int(b) for b in seq.blocks], 0, n, seed)
+            seqs.append(seq)
+        a, c, b = seqs
+        out = [as_array(x) for x in pk.paged_step(prm, cfg, [a, c, b], [[1, 2], [3], [4, 5]])]
+        out += [as_array(x) for x in pk.paged_step(prm, cfg, [b, a], [[6], [7]])]
+        return {"logits": out, "lengths": [as_int(s.length) for s in (a, c, b)]}
+    try:
+        result, error = attempt(run)
+    except NotImplementedError:
+        return "NotImplementedError"
+    return result if error is None else error["kind"]
+
+
 def fit_probe(pk, cfg=None):
     """Whether paged_step refuses a step that needs exactly the free blocks (Part 2's count), on a pool
     of its own: 4 blocks of 4, the test holding 2, an empty sequence stepped by 8 tokens. True when it
@@ -737,12 +812,12 @@ def fit_probe(pk, cfg=None):
 _PROBED = {}
 
 
-def probed(probe, pk, cfg=None):
-    """probe(pk, cfg), once per implementation, probe and Config in this process (a worker runs many
-    cases of one implementation: what its pools do on pools of their own does not change)."""
-    key = (probe.__name__, id(pk), repr(cfg))
+def probed(probe, pk, cfg=None, **kw):
+    """probe(pk, cfg, **kw), once per implementation, probe, Config and keywords in this process (a worker
+    runs many cases of one implementation: what its pools do on pools of their own does not change)."""
+    key = (probe.__name__, id(pk), repr(cfg), repr(sorted(kw.items())))
     if key not in _PROBED:
-        _PROBED[key] = probe(pk, cfg)
+        _PROBED[key] = probe(pk, cfg, **kw)
     return _PROBED[key]
 
 
@@ -824,10 +899,11 @@ def sharing_script(pk, cfg=None, param_seed=0, n_blocks=64, block_size=4, action
              "step": step, "reserve": lambda i, n: seqs[i].reserve(n)}
     for op, *args in actions:
         result, error = attempt(calls[op], *args)
-        records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s) for s in seqs],
+        records.append({"op": [op, *args], "result": result, "error": error, "kv": [gathered_kv(s, pool) for s in seqs],
                         **seq_state(seqs), "refcounts": refcounts(pool)})
     return {"records": records, "copy_probe": copy_probe(pk, cfg), "refcount_probe": refcount_probe(pk, cfg),
-            "count_probe": count_probe(pk, cfg)}
+            "count_probe": count_probe(pk, cfg),
+            "part2": part2_probes(pk, cfg, step=any(a[0] == "step" for a in actions), ledger=ledger)}
 
 
 def sharing_twin(cfg=None, param_seed=0, n_blocks=64, block_size=4, actions=()):
@@ -1128,7 +1204,8 @@ def sampling(pk, cfg=None, param_seed=0, prompt=(), n=2, max_new=8, temperature=
                                      prompt=np.array(prompt, dtype=np.int64), n=n, max_new=max_new,
                                      temperature=temperature, seed=seed)
     return {"samples": samples, "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
-            "refcount_probe": refcount_probe(pk, cfg)}
+            "refcount_probe": refcount_probe(pk, cfg), "part2": part2_probes(pk, cfg, step=choose_seed is None,
+                                                                             ledger=ledger)}
 
 
 def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, block_size=16, choose_seed=None,
@@ -1143,7 +1220,8 @@ def beams(pk, cfg=None, param_seed=0, prompt=(), k=2, steps=8, n_blocks=64, bloc
                                  prompt=np.array(prompt, dtype=np.int64), k=k, steps=steps)
     return {"scores": [float(s) for s, _ in out], "tokens": [list(t) for _, t in out],
             "blocks_used": [as_int(u) for u in stats["blocks_used"]], **watched,
-            "refcount_probe": refcount_probe(pk, cfg)}
+            "refcount_probe": refcount_probe(pk, cfg), "part2": part2_probes(pk, cfg, step=choose_seed is None,
+                                                                             ledger=ledger)}
 
 
 # ------------------------------------------------------------------------ Part 5 (bonus) scenario
@@ -1224,7 +1302,8 @@ def prefix_script(pk, cfg=None, param_seed=0, n_blocks=32, block_size=4, actions
         run.call(action)
     return {"records": run.records, "twins": run.twins, "alone": run.alone,
             "probes": {"cow": probed(cow_probe, pk, cfg), "layout": probed(layout_probe, pk, cfg),
-                       "count": probed(count_probe, pk, cfg), "fit": probed(fit_probe, pk, cfg)}}
+                       "count": probed(count_probe, pk, cfg), "fit": probed(fit_probe, pk, cfg),
+                       "part2": part2_probes(pk, cfg, ledger=ledger)}}
 
 
 class PrefixRun:
@@ -1527,7 +1606,7 @@ def swap_script(pk, cfg=None, n_blocks=16, block_size=4, cpu_blocks=8, actions=(
     run = SwapRun(pk, cfg, n_blocks, block_size, cpu_blocks, ledger)
     for action in actions:
         run.call(action)
-    return {"layout": run.layout, "records": run.records}
+    return {"layout": run.layout, "records": run.records, "part2": part2_probes(pk, cfg, step=False)}
 
 
 class SwapRun:
@@ -1639,7 +1718,7 @@ class SwapRun:
         first = len(self.seqs)
         self.seqs += back
         return {"seqs": list(range(first, len(self.seqs))), "same_pool": [s.pool is self.pool for s in back],
-                "taken": taken, "kv": [gathered_kv(s) for s in back]}
+                "taken": taken, "kv": [gathered_kv(s, self.pool) for s in back]}
 
     def free(self, s):
         seq = self.seqs[s]

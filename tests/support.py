@@ -150,12 +150,14 @@ def part2_problem(pk):
     """None when paged_step gives the contiguous forward's logits, stores K/V through the tables and
     leaves each table ceil(length / B) blocks on a small script (two sequences on a pool whose first
     three blocks the test holds, and gives two of them back midway: seq 0's table ends out of order,
-    [3, 4, 0] with the contract's allocator; token 0 among the tokens), else what failed.
+    [3, 4, 0] with the contract's allocator; token 0 among the tokens; twice both sequences step at
+    the same position with chunks of one size, as a batched step groups them; seq 0 ends on a block
+    boundary, 12 tokens in 3 blocks), else what failed.
     Part 4's comparisons of logits, samples and savings need it; they wait (are skipped) while it does not."""
     if "part2" not in _WORKS:
         actions = [["alloc"], ["alloc"], ["alloc"], ["new"], ["new"],
-                   ["step", [0, 1], [[0, *tokens(5, 1)], tokens(3, 2)]], ["release", 0], ["release", 1],
-                   ["step", [1, 0], [[5], [6]]], ["step", [0], [tokens(3, 3)]]]
+                   ["step", [0, 1], [[0, *tokens(5, 1)], tokens(6, 2)]], ["release", 0], ["release", 1],
+                   ["step", [1, 0], [[5], [6]]], ["step", [0], [tokens(5, 3)]]]
         try:
             _WORKS["part2"] = _part2_problem(pk, actions)
         except Exception as e:  # noqa: BLE001  (not implemented, or broken: either way it does not work)

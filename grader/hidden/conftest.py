@@ -431,8 +431,11 @@ class Grading:
         second = None
         if case.second is not None:
             second, failed = self.second(check_id, i)
-            if failed:
-                return failed
+            if failed:             # (the run of your own it compares with: Part 2's steps, named when they fail)
+                from grader.hidden.judges import part2_note
+                with hidden_feedback(ranges_for(case)):
+                    note = part2_note(expected, got)
+                return f"{failed}\n  {note}" if note else failed
         return self._judged(check_id, case, expected, got, second)
 
     def _judged(self, check_id, case, expected, got, second):

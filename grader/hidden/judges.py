@@ -256,6 +256,44 @@ def _part2_message(n, of, rec, found, raw, block_size):
     return "\n".join(lines)
 
 
+def _part2_probes(answer):
+    """The part2 probes an answer of another part's scenario carries (scenarios.part2_probes), or {}."""
+    if not isinstance(answer, dict):
+        return {}
+    found = answer.get("part2", (answer.get("probes") or {}).get("part2") if isinstance(answer.get("probes"), dict)
+                       else None)
+    return found if isinstance(found, dict) else {}
+
+
+def part2_note(expected, got):
+    """What a failing case of Parts 4-6 adds when, on pools of their own, the submission's
+    PagedSequence(pool) does not start as the contract says or its paged_step does not answer the
+    step probe as the reference does (scenarios.sequence_probe, step_probe): fork, swap_in and the
+    cache build sequences, requests and forks step, so the failure names Part 2; "" otherwise."""
+    e, g = _part2_probes(expected), _part2_probes(got)
+    notes = []
+    if e.get("sequence") is True and "sequence" in g and g["sequence"] is not True and g["sequence"] is not None:
+        notes.append("(on a pool of its own your PagedSequence(pool) does not start as the contract says: pool, "
+                     "blocks [] and length 0 (Part 2), and this check builds sequences with it: fix Part 2 first)")
+    if isinstance(e.get("step"), dict) and "step" in g and g["step"] is not None \
+            and (not isinstance(g["step"], dict) or first_mismatch(e["step"], g["step"], path="") is not None):
+        notes.append("(on a pool of its own your paged_step does not give the contract's logits and lengths for "
+                     "sequences with tables in any order, two of them stepped together at one position (Part 2), "
+                     "and this check steps: fix Part 2 first)")
+    return "\n  ".join(notes)
+
+
+def naming_part2(judge):
+    """A judge of Parts 4-6 whose failure also says when Part 2 does not work on pools of its own
+    (part2_note): the dependency named, the verdict still a failure."""
+    @functools.wraps(judge)
+    def judged(case, expected, got, ctx=None):
+        message = judge(case, expected, got, ctx)
+        note = part2_note(expected, got) if message else ""
+        return f"{message}\n  {note}" if note else message
+    return judged
+
+
 # ------------------------------------------------------------------------------------------ Part 4
 def sharing_judge(case, expected, got, ctx):
     """sharing_script cases: Part 4's rules on the submission's own tables and refcounts, then the

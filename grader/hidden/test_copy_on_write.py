@@ -12,7 +12,7 @@ are judged on the pool they leave after every step; their prefill is the test's 
 which ids the allocator picks, the pool's counters and Part 2's logits are not Part 4's.
 Each check's cases but its last are the same for every seed (inputs.core_rng); the last is drawn."""
 from grader.hidden.inputs import ODD_BLOCK_SIZES, Case, core_rng, pick, sharing_case, tokens
-from grader.hidden.judges import beam_judge, sampling_judge, sharing_judge
+from grader.hidden.judges import beam_judge, naming_part2, sampling_judge, sharing_judge
 
 
 def seed(rng):
@@ -53,7 +53,8 @@ def when_case(rng, B, part_len, full):
                grow(rng, 2, 1), grow(rng, 0, 1),                      # one copy, then in place
                ["reserve", 3, 1], grow(rng, 3, 1), grow(rng, 1, 1),   # a full shared block: no copy
                ["fork", 2], grow(rng, 4, B), grow(rng, 2, 2),
-               ["fork", 1], ["reserve", 5, 1]]
+               ["fork", 1], ["reserve", 5, 1],
+               ["fork", 0], ["reserve", 6, B + 1]]                   # a copy, then a new block after it
     return sharing_case(f"block size {B}", actions, block_size=B)
 
 
@@ -127,8 +128,9 @@ def invariance_case(rng, B, first, chunk):
 
 def plan_sharing_invariance(rng):
     """Forks stepped by paged_step: the same logits and K/V as the same code without sharing (its twin,
-    a second run graded as Part 2's paged_step.replays)."""
-    return [invariance_case(core_rng("copy_on_write.sharing_invariance"), 3, 7, 2), invariance_case(rng, 4, 8, 4)]
+    a second run graded as Part 2's paged_step.replays). In the core case a fork's chunk runs from its
+    shared, partly filled last block into a new one: the copy comes first."""
+    return [invariance_case(core_rng("copy_on_write.sharing_invariance"), 3, 7, 3), invariance_case(rng, 4, 8, 4)]
 
 
 def sampling_case(rng, n, B, prompt_len, max_new):
@@ -169,7 +171,7 @@ PLANS = {
     "copy_on_write.parallel_sampling": plan_parallel_sampling,
     "copy_on_write.beam_search": plan_beam_search,
 }
-JUDGES = {
+JUDGES = {check: naming_part2(judge) for check, judge in {
     "copy_on_write.fork": sharing_judge,
     "copy_on_write.copy_when_needed": sharing_judge,
     "copy_on_write.n_minus_1": sharing_judge,
@@ -178,7 +180,7 @@ JUDGES = {
     "copy_on_write.sharing_invariance": sharing_judge,
     "copy_on_write.parallel_sampling": sampling_judge,
     "copy_on_write.beam_search": beam_judge,
-}
+}.items()}
 
 
 def test_copy_on_write(case, judge):

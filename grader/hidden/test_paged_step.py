@@ -4,15 +4,15 @@ Part 2 owns (rules.part2_view): logits (1e-10), lengths, errors, all-or-nothing,
 with every block named by its place in the allocation order (by lifetime once the test gives a block
 back mid-way), so any allocator gives the same view.
 
-Every check has core cases whose shape is the same for every student (block sizes, lengths, chunk
-sizes, table orders, which blocks the test takes and gives back); the seed draws only their tokens,
-the K/V the test stores and the model's weights. Then one case whose shape is drawn too. So whether a
-bug is caught does not depend on the student's seed (grader/selftest/coverage.py reports what the
-core cases reach)."""
+Every check has core cases that are the same for every student (inputs.core_rng: block sizes,
+lengths, chunk sizes, table orders, which blocks the test takes and gives back, tokens, the K/V the
+test stores, the model's weights), then one case drawn from the student's seed. So whether a bug is
+caught, and what it costs, does not depend on the seed (grader/selftest/coverage.py reports what the
+core cases reach; a drawn case counts once the core cases pass, score.counted)."""
 import numpy as np
 
-from grader.hidden.inputs import (ODD_BLOCK_SIZES, Case, decodes, interleaved, pick, prefill_all, random_config,
-                                  step_case, tokens)
+from grader.hidden.inputs import (ODD_BLOCK_SIZES, Case, core_rng, decodes, interleaved, pick, prefill_all,
+                                  random_config, step_case, tokens)
 from grader.hidden.judges import PART2_FIELDS, part2_judge, replays_judge
 
 SMALL_CFG = {"vocab": 211, "d_model": 6, "n_layers": 3, "n_heads": 1, "d_head": 2, "d_ff": 8, "max_len": 100}
@@ -43,11 +43,12 @@ def prefill_case(rng, name, B, lengths, held=0, **kw):
 
 
 def plan_prefill(rng):
-    cases = [prefill_case(rng, "block size 1", 1, [5, 1], held=2),
-             prefill_case(rng, "block size 3: lengths 3, 7, 1", 3, [3, 7, 1]),
-             prefill_case(rng, "block size 4: lengths 4, 8, 11", 4, [4, 8, 11], held=1),
-             prefill_case(rng, "block size 16: lengths 5, 16, 17", 16, [5, 16, 17]),
-             prefill_case(rng, "block size 7: lengths 60, 6", 7, [60, 6], held=3, n_blocks=24)]
+    core = core_rng("paged_step.prefill")
+    cases = [prefill_case(core, "block size 1", 1, [5, 1], held=2),
+             prefill_case(core, "block size 3: lengths 3, 7, 1", 3, [3, 7, 1]),
+             prefill_case(core, "block size 4: lengths 4, 8, 11", 4, [4, 8, 11], held=1),
+             prefill_case(core, "block size 16: lengths 5, 16, 17", 16, [5, 16, 17]),
+             prefill_case(core, "block size 7: lengths 60, 6", 7, [60, 6], held=3, n_blocks=24)]
     B = pick(rng, ODD_BLOCK_SIZES)
     lengths = [int(x) for x in rng.integers(1, 60, int(rng.integers(1, 4)))]
     return cases + [prefill_case(rng, f"block size {B}", B, lengths, held=int(rng.integers(0, 4)),
@@ -63,11 +64,12 @@ def chunked(rng, name, B, sizes):
 
 
 def plan_chunked_prefill(rng):
-    cases = [chunked(rng, "block size 1", 1, [3, 1, 2, 5]),
-             chunked(rng, "block size 4, chunks ending on block boundaries", 4, [4, 4, 3, 1, 8]),
-             chunked(rng, "block size 4, chunks across boundaries", 4, [3, 6, 5, 1, 2]),
-             chunked(rng, "block size 16, chunks inside one block", 16, [2, 5, 1, 7]),
-             chunked(rng, "block size 5, one token then 3 blocks at once", 5, [1, 15, 2])]
+    core = core_rng("paged_step.chunked_prefill")
+    cases = [chunked(core, "block size 1", 1, [3, 1, 2, 5]),
+             chunked(core, "block size 4, chunks ending on block boundaries", 4, [4, 4, 3, 1, 8]),
+             chunked(core, "block size 4, chunks across boundaries", 4, [3, 6, 5, 1, 2]),
+             chunked(core, "block size 16, chunks inside one block", 16, [2, 5, 1, 7]),
+             chunked(core, "block size 5, one token then 3 blocks at once", 5, [1, 15, 2])]
     B, sizes = pick(rng, (2, 3, 6, 8, 11)), [int(x) for x in rng.integers(1, 14, int(rng.integers(2, 6)))]
     return cases + [chunked(rng, f"block size {B}", B, sizes)]
 
@@ -98,12 +100,13 @@ def _layers(cfg):
 
 
 def plan_decode_batches(rng):
-    cases = [decode_case(rng, "block size 2", 2, [1, 9, 4]),
-             decode_case(rng, "block size 5", 5, [12, 5, 30]),
-             step_case("a long decode, block size 3", prefill_all(rng, [7, 1]) + decodes(rng, 2, 20, fixed=True),
+    core = core_rng("paged_step.decode_batches")
+    cases = [decode_case(core, "block size 2", 2, [1, 9, 4]),
+             decode_case(core, "block size 5", 5, [12, 5, 30]),
+             step_case("a long decode, block size 3", prefill_all(core, [7, 1]) + decodes(core, 2, 20, fixed=True),
                        block_size=3, n_blocks=48),
-             adopted_case(rng, "a table in the order 2, 0, 1, block size 4", 4, 10, [2, 0, 1], 6),
-             adopted_case(rng, "a table in reverse, block size 1", 1, 5, [4, 3, 2, 1, 0], 3)]
+             adopted_case(core, "a table in the order 2, 0, 1, block size 4", 4, 10, [2, 0, 1], 6),
+             adopted_case(core, "a table in reverse, block size 1", 1, 5, [4, 3, 2, 1, 0], 3)]
     B = pick(rng, (2, 3, 4, 5, 7, 16))
     return cases + [decode_case(rng, f"block size {B}", B, [int(x) for x in rng.integers(1, 40, 3)], fixed=False)]
 
@@ -126,11 +129,12 @@ def released_case(rng, name, B, lengths, n_blocks=64):
 
 
 def plan_tables(rng):
-    cases = [released_case(rng, "blocks given back mid-way, block size 2", 2, [3, 1, 6]),
-             released_case(rng, "blocks given back mid-way, block size 5", 5, [9, 5, 12]),
-             adopted_case(rng, "a table in the order 1, 3, 0, 2, block size 3", 3, 11, [1, 3, 0, 2], 4,
+    core = core_rng("paged_step.tables")
+    cases = [released_case(core, "blocks given back mid-way, block size 2", 2, [3, 1, 6]),
+             released_case(core, "blocks given back mid-way, block size 5", 5, [9, 5, 12]),
+             adopted_case(core, "a table in the order 1, 3, 0, 2, block size 3", 3, 11, [1, 3, 0, 2], 4,
                           record_kv=True),
-             adopted_case(rng, "a table in reverse, block size 2", 2, 7, [3, 2, 1, 0], 3, record_kv=True)]
+             adopted_case(core, "a table in reverse, block size 2", 2, 7, [3, 2, 1, 0], 3, record_kv=True)]
     B = pick(rng, (2, 3, 4, 5, 7))
     held = int(rng.integers(8, 20))                 # setup: blocks taken, some given back (a used pool)
     actions = [["alloc"]] * held + [["release", h] for h in rng.permutation(held)[: held // 2].tolist()]
@@ -170,10 +174,11 @@ def config_case(rng, name, cfg, B, lengths, n_blocks=None, record_kv=True, fixed
 
 
 def plan_configs(rng):
-    cases = [config_case(rng, "3 layers, 1 head of 2, block size 1", SMALL_CFG, 1, [9, 4]),
-             config_case(rng, "1 layer, 4 heads of 7, block size 64", WIDE_CFG, 64, [30, 1]),
-             config_case(rng, "3 layers, 1 head of 2, block size 13", SMALL_CFG, 13, [27, 13]),
-             adopted_case(rng, "a table in the order 2, 0, 1, 1 layer, block size 33", 33, 70, [2, 0, 1], 3,
+    core = core_rng("paged_step.configs")
+    cases = [config_case(core, "3 layers, 1 head of 2, block size 1", SMALL_CFG, 1, [9, 4]),
+             config_case(core, "1 layer, 4 heads of 7, block size 64", WIDE_CFG, 64, [30, 1]),
+             config_case(core, "3 layers, 1 head of 2, block size 13", SMALL_CFG, 13, [27, 13]),
+             adopted_case(core, "a table in the order 2, 0, 1, 1 layer, block size 33", 33, 70, [2, 0, 1], 3,
                           cfg=WIDE_CFG, record_kv=True, n_blocks=12)]
     for i in range(2):
         cfg, B = random_config(rng), pick(rng, ODD_BLOCK_SIZES)
@@ -183,22 +188,33 @@ def plan_configs(rng):
 
 
 def plan_all_or_nothing(rng):
-    cases = []
+    cases, core = [], core_rng("paged_step.all_or_nothing")
     for B, first in ((2, 3), (5, 4)):
-        actions = [["new"], ["new"], ["step", [0], [tokens(rng, first)]]]
+        actions = [["new"], ["new"], ["step", [0], [tokens(core, first)]]]
         # seq 0's token fits, seq 1's prefill does not: the whole step must leave everything as it was
-        actions += [["miss", [0, 1], [tokens(rng, 1), tokens(rng, 3 * B)]]]
-        actions += [["step", [0, 1], [tokens(rng, 1), tokens(rng, B)]]]     # what the pool still has is usable
-        actions += [["reserve", 1, 40 * B], ["miss", [1, 0], [tokens(rng, B + 1), tokens(rng, 2)]]]
+        actions += [["miss", [0, 1], [tokens(core, 1), tokens(core, 3 * B)]]]
+        actions += [["step", [0, 1], [tokens(core, 1), tokens(core, B)]]]     # what the pool still has is usable
+        actions += [["reserve", 1, 40 * B], ["miss", [1, 0], [tokens(core, B + 1), tokens(core, 2)]]]
         # seq 1's last block is full, so whether its last step fits is the count's alone: a partly filled
         # one would also ask whether copy-on-write (Part 4) copies a block nobody shares
-        actions += [["step", [1], [tokens(rng, 1)]]]
+        actions += [["step", [1], [tokens(core, 1)]]]
         cases.append(step_case(f"block size {B}", actions, n_blocks=40, block_size=B))
-    actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, 5), tokens(rng, 8)]], ["share", 0],
-               ["miss", [1, 0], [tokens(rng, 1), tokens(rng, 1)]]]
+    actions = [["new"], ["new"], ["step", [0, 1], [tokens(core, 5), tokens(core, 8)]], ["share", 0],
+               ["miss", [1, 0], [tokens(core, 1), tokens(core, 1)]]]
     cases.append(step_case("a copy that does not fit, block size 4", actions, n_blocks=24, block_size=4))
-    cases.append(bare_reserve_case(rng, 3, held=2, free=3, L=5, over=2))
-    cases.append(bare_reserve_case(rng, 1, held=1, free=2, L=2, over=1))
+    # seq 0 holds two blocks more than its step needs (a reserve ahead): they count as 0 new blocks, not
+    # -2, so the two sequences that need a block each still do not fit in the one block left
+    actions = [["new"], ["new"], ["new"], ["step", [0, 1, 2], [tokens(core, 1), tokens(core, 4), tokens(core, 8)]],
+               ["reserve", 0, 11], ["miss", [1, 0, 2], [tokens(core, 1), tokens(core, 1), tokens(core, 2)]]]
+    cases.append(step_case("room to spare beside two that need a block, block size 4", actions, n_blocks=24,
+                           block_size=4))
+    # a shared, partly filled first block: its copy counts as for any last block, so a step where another
+    # sequence takes the one free block first must not start
+    actions = [["new"], ["new"], ["step", [0, 1], [tokens(core, 2), tokens(core, 4)]], ["mirror", 0],
+               ["miss", [1, 0, 2], [tokens(core, 1), tokens(core, 1), tokens(core, 1)]]]
+    cases.append(step_case("a copy counted in a first block, block size 4", actions, n_blocks=24, block_size=4))
+    cases.append(bare_reserve_case(core, 3, held=2, free=3, L=5, over=2))
+    cases.append(bare_reserve_case(core, 1, held=1, free=2, L=2, over=1))
     B = pick(rng, (2, 3, 4, 5))
     cases.append(bare_reserve_case(rng, B, held=int(rng.integers(1, 4)), free=int(rng.integers(1, 5)),
                                    L=B + int(rng.integers(1, B + 1)), over=int(rng.integers(1, B + 1))))
@@ -218,17 +234,21 @@ def bare_reserve_case(rng, B, held, free, L, over):
 
 
 def plan_exact_count(rng):
-    cases = []
+    cases, core = [], core_rng("paged_step.exact_count")
     for B, lengths, sizes in ((3, [2, 3, 7], [1, 4, 2]), (6, [6, 1, 11], [6, 5, 7])):
-        step = [[0, 1, 2], [tokens(rng, n) for n in sizes]]
-        cases.append(step_case(f"three sequences, block size {B}", prefill_all(rng, lengths) + [["fit", *step]],
+        step = [[0, 1, 2], [tokens(core, n) for n in sizes]]
+        cases.append(step_case(f"three sequences, block size {B}", prefill_all(core, lengths) + [["fit", *step]],
                                n_blocks=40, block_size=B))
     for B, partial in ((4, 6), (5, 9)):
         for shares in (1, 2):
-            actions = [["new"], ["new"], ["step", [0, 1], [tokens(rng, partial), tokens(rng, B - 1)]]]
-            actions += [["share", 0]] * shares + [["fit", [0, 1], [tokens(rng, 1), tokens(rng, 2)]]]
+            actions = [["new"], ["new"], ["step", [0, 1], [tokens(core, partial), tokens(core, B - 1)]]]
+            actions += [["share", 0]] * shares + [["fit", [0, 1], [tokens(core, 1), tokens(core, 2)]]]
             cases.append(step_case(f"a copy counted, {shares + 1} holders, block size {B}", actions, n_blocks=24,
                                    block_size=B))
+    B = 4       # forks of a full last block write into new blocks: no copy is due, so an exact fit fits
+    actions = [["new"], ["step", [0], [tokens(core, 2 * B)]], ["mirror", 0],
+               ["fit", [1, 0], [tokens(core, 1), tokens(core, 2)]]]
+    cases.append(step_case(f"holders of a full block write, block size {B}", actions, n_blocks=24, block_size=B))
     holders, B = int(rng.integers(3, 6)), pick(rng, (3, 4, 5))      # all holders of one partly filled block write
     actions = [["new"], ["step", [0], [tokens(rng, B + 1)]]] + [["mirror", 0]] * (holders - 1)
     actions += [["fit", list(rng.permutation(holders).tolist()), [tokens(rng, 1) for _ in range(holders)]]]
@@ -240,21 +260,22 @@ def plan_exact_count(rng):
 def plan_bad_input(rng):
     small = {"vocab": 229, "d_model": 8, "n_layers": 2, "n_heads": 2, "d_head": 3, "d_ff": 16, "max_len": 29}
     V, L, B = small["vocab"], small["max_len"], 4
-    ok = tokens(rng, 3, small)
+    core = core_rng("paged_step.bad_input")
+    ok = tokens(core, 3, small)
     actions = [["new"], ["new"], ["step", [0], [[0, V - 1, ok[0]]]],     # seq 0: 3 tokens, so ok needs a block
                ["step", [0, 1], [ok]], ["step", [0], [ok, ok]], ["step", [0], [[]]], ["step", [0, 1], [ok, []], True],
                ["step", [0], [[0, -1]]], ["step", [0, 1], [ok, [V]]], ["step", [1], [[V + 50]]],
                ["step", [1], [[-V]]], ["step", [1], [[5, V]], True],
-               ["step", [0], [tokens(rng, L - 2, small)]], ["step", [1], [tokens(rng, L + 1, small)]],
-               ["step", [], []], ["step", [0], [tokens(rng, L - 3, small)], True],
+               ["step", [0], [tokens(core, L - 2, small)]], ["step", [1], [tokens(core, L + 1, small)]],
+               ["step", [], []], ["step", [0], [tokens(core, L - 3, small)], True],
                ["step", [0], [[1]]], ["step", [0], [[1]]], ["step", [1], [ok], True],
                ["reserve", 1, 0], ["reserve", 1, -2], ["reserve", 1, 1]]
-    full = [["new"], ["new"], ["step", [0], [tokens(rng, 2 * B, small)]], ["take_rest"]]     # whatever n_free says
-    full += [["step", [1], [tokens(rng, B, small)]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
-             ["step", [0], [tokens(rng, L, small)]], ["step", [0], [[V - 1]]]]
+    full = [["new"], ["new"], ["step", [0], [tokens(core, 2 * B, small)]], ["take_rest"]]     # whatever n_free says
+    full += [["step", [1], [tokens(core, B, small)]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],
+             ["step", [0], [tokens(core, L, small)]], ["step", [0], [[V - 1]]]]
     cases = [step_case("bad tokens and lengths", actions, cfg=small, block_size=B, n_blocks=40),
              step_case("bad input on a full pool", full, cfg=small, block_size=B, n_blocks=8)]
-    drawn = random_config(rng, max_len=int(rng.integers(20, 40)))
+    drawn = {**random_config(rng, max_len=int(rng.integers(20, 40))), "n_layers": 2}   # (layers: configs' to vary)
     V, L, B = drawn["vocab"], drawn["max_len"], pick(rng, (3, 4, 5))
     ok = tokens(rng, 3, drawn)
     actions = [["new"], ["new"], ["step", [0], [ok]], ["step", [1], [[V]]], ["step", [0, 1], [[1], [-1]]],

@@ -4,15 +4,15 @@ no fork), swapped out and in through one SwapSpace (scenarios.swap_script). Judg
 (rules.part6_view): every table up to renaming, lengths, the references that are not the tables' or
 the test's, the space's n_free, n_out and n_in, what swap_in returns (the order pool.alloc handed its
 blocks out in, named by their first appearance) and the K/V read back through the new tables, errors
-and all-or-nothing. Which CPU block holds what is never looked at. Every check's cases but one have
-the same shape on every seed (block sizes, groups, sharing); the seed draws the K/V, and the last case.
+and all-or-nothing. Which CPU block holds what is never looked at. Every check's cases but its last
+are the same for every seed (inputs.core_rng: block sizes, groups, sharing, K/V); the last is drawn.
 """
 from explain import outcome, their
 from rules import describe_swap_actions, kv_difference, part6_view
 
 from grader.hidden.compare import first_mismatch
-from grader.hidden.inputs import Case, pick, random_config
-from grader.hidden.judges import generic_judge
+from grader.hidden.inputs import Case, core_rng, pick, random_config
+from grader.hidden.judges import generic_judge, naming_part2
 
 
 def swap_case(name, actions, block_size, n_blocks=24, cpu_blocks=12, cfg=None):
@@ -74,15 +74,16 @@ def plan_layout(rng):
 
 
 def plan_swap_out(rng):
+    core = core_rng("swap.swap_out")
     cases = [
         swap_case("one sequence, then another, block size 4",
-                  [["seq", 9, seed(rng)], ["seq", 5, seed(rng)], ["swap_out", [0]], ["swap_out", [1]]], 4),
+                  [["seq", 9, seed(core)], ["seq", 5, seed(core)], ["swap_out", [0]], ["swap_out", [1]]], 4),
         swap_case("three forks sharing a partly filled block, a fourth outside the group, block size 3",
-                  [*forks(rng, 3), ["fork", 0], ["swap_out", [0, 1, 2]], ["free", 3]], 3),
+                  [*forks(core, 3), ["fork", 0], ["swap_out", [0, 1, 2]], ["free", 3]], 3),
         swap_case("beams, their prompt outside the group, block size 2",
-                  [*beams(rng, 2), ["swap_out", [1, 2, 3]], ["swap_out", [0]]], 2),
+                  [*beams(core, 2), ["swap_out", [1, 2, 3]], ["swap_out", [0]]], 2),
         swap_case("two groups sharing blocks across them, block size 1",
-                  [["seq", 3, seed(rng)], ["branch", 0, 2, 2, seed(rng)], ["fork", 1], ["seq", 2, seed(rng)],
+                  [["seq", 3, seed(core)], ["branch", 0, 2, 2, seed(core)], ["fork", 1], ["seq", 2, seed(core)],
                    ["swap_out", [2, 0]], ["swap_out", [3, 1]]], 1),
     ]
     B = pick(rng, (2, 5, 6, 8))
@@ -93,20 +94,21 @@ def plan_swap_out(rng):
 
 
 def plan_swap_in(rng):
+    core = core_rng("swap.swap_in")
     cases = [
         swap_case("one sequence, block size 4",
-                  [["seq", 9, seed(rng)], ["seq", 5, seed(rng)], ["swap_out", [0]], ["scribble", seed(rng)],
+                  [["seq", 9, seed(core)], ["seq", 5, seed(core)], ["swap_out", [0]], ["scribble", seed(core)],
                    ["swap_in", 0], ["read"]], 4),
         swap_case("three forks sharing a partly filled block, a fourth outside the group, block size 3",
-                  [*forks(rng, 3), ["fork", 0], ["swap_out", [0, 1, 2]], ["scribble", seed(rng)], ["swap_in", 0],
+                  [*forks(core, 3), ["fork", 0], ["swap_out", [0, 1, 2]], ["scribble", seed(core)], ["swap_in", 0],
                    ["read"]], 3),
         swap_case("beams out in two groups, in again in the other order, block size 2",
-                  [*beams(rng, 2), ["swap_out", [1, 2, 3]], ["swap_out", [0]], ["scribble", seed(rng)],
+                  [*beams(core, 2), ["swap_out", [1, 2, 3]], ["swap_out", [0]], ["scribble", seed(core)],
                    ["swap_in", 1], ["swap_in", 0], ["read"]], 2),
         swap_case("a group listed out of order on a fragmented pool, block size 1",
-                  [["hold", 3], ["seq", 3, seed(rng)], ["branch", 0, 2, 2, seed(rng)], ["fork", 1],
-                   ["seq", 1, seed(rng)], ["unhold"], ["hold", 2], ["swap_out", [2, 0, 1]], ["unhold"], ["hold", 4],
-                   ["scribble", seed(rng)], ["swap_in", 0], ["read"]], 1, n_blocks=14),
+                  [["hold", 3], ["seq", 3, seed(core)], ["branch", 0, 2, 2, seed(core)], ["fork", 1],
+                   ["seq", 1, seed(core)], ["unhold"], ["hold", 2], ["swap_out", [2, 0, 1]], ["unhold"], ["hold", 4],
+                   ["scribble", seed(core)], ["swap_in", 0], ["read"]], 1, n_blocks=14),
     ]
     B = pick(rng, (2, 5, 6, 8))
     parts = groups(rng, 6)
@@ -118,15 +120,16 @@ def plan_swap_in(rng):
 
 
 def plan_all_or_nothing(rng):
+    core = core_rng("swap.all_or_nothing")
     cases = [
         swap_case("CPU blocks: three forks fit 2 CPU blocks exactly, another sequence then does not, block size 4",
-                  [*forks(rng, 4), ["seq", 5, seed(rng)], ["swap_out", [0, 1, 2]], ["swap_out", [3]],
+                  [*forks(core, 4), ["seq", 5, seed(core)], ["swap_out", [0, 1, 2]], ["swap_out", [3]],
                    ["swap_in", 0], ["swap_out", [3]]], 4, cpu_blocks=2),
         swap_case("the pool: beams come back when their 7 blocks are free, not before, block size 3",
-                  [*beams(rng, 3), ["swap_out", [0, 1, 2, 3]], ["hold_until", 6], ["swap_in", 0], ["unhold"],
+                  [*beams(core, 3), ["swap_out", [0, 1, 2, 3]], ["hold_until", 6], ["swap_in", 0], ["unhold"],
                    ["hold_until", 7], ["swap_in", 0]], 3, n_blocks=16),
         swap_case("both: four forks, block size 2",
-                  [*forks(rng, 2, 4), ["seq", 6, seed(rng)], ["swap_out", [0, 1, 2, 3]], ["swap_out", [4]],
+                  [*forks(core, 2, 4), ["seq", 6, seed(core)], ["swap_out", [0, 1, 2, 3]], ["swap_out", [4]],
                    ["hold_until", 1], ["swap_in", 0], ["unhold"], ["swap_in", 0], ["swap_out", [4]]], 2,
                   n_blocks=12, cpu_blocks=3),
     ]
@@ -139,13 +142,14 @@ def plan_all_or_nothing(rng):
 
 
 def plan_errors(rng):
-    def script(B):
-        return [["seq", B + 1, seed(rng)], ["seq", 2 * B + 1, seed(rng)], ["fork", 1],
+    def script(g, B):
+        return [["seq", B + 1, seed(g)], ["seq", 2 * B + 1, seed(g)], ["fork", 1],
                 ["swap_out", []], ["swap_out", [0, 0]], ["swap_out", [1, 2, 1]], ["swap_out", [0, "other"]],
                 ["swap_in", "made_up"], ["swap_in", "other"], ["swap_out", [1, 2]], ["swap_in", 0], ["swap_in", 0],
                 ["swap_in", "other"], ["swap_out", [0]], ["swap_in", "made_up"], ["swap_in", 1]]
-    return [swap_case("block size 4", script(4), 4), swap_case("block size 1", script(1), 1),
-            swap_case(f"block size {(B := pick(rng, (2, 3, 5, 7)))}", script(B), B)]
+    core = core_rng("swap.errors")
+    return [swap_case("block size 4", script(core, 4), 4), swap_case("block size 1", script(core, 1), 1),
+            swap_case(f"block size {(B := pick(rng, (2, 3, 5, 7)))}", script(rng, B), B)]
 
 
 # ------------------------------------------------------------------------------------ the judge
@@ -172,7 +176,7 @@ _TEST_POOL_CALLS = ("seq", "fork", "branch", "free", "hold", "hold_until", "unho
 def _swap_ok(expected, got):
     """The submission's answer has swap_script's form: the same actions, each record with its fields,
     a successful swap_in's result naming sequences that exist."""
-    if not isinstance(got, dict) or set(got) != {"layout", "records"} or not isinstance(got["records"], list) \
+    if not isinstance(got, dict) or set(got) != {"layout", "records", "part2"} or not isinstance(got["records"], list) \
             or len(got["records"]) != len(expected["records"]):
         return False
     for e, g in zip(expected["records"], got["records"]):
@@ -258,7 +262,7 @@ def swap_judge(check):
 
 def layout_judge(case, expected, got, ctx=None):
     """swap.layout: the new space's attributes and storage, exactly the reference's."""
-    if not isinstance(got, dict) or set(got) != {"layout", "records"}:
+    if not isinstance(got, dict) or set(got) != {"layout", "records", "part2"}:
         return "  the answer has the wrong form (was the scenario code tampered with?)"
     return generic_judge(case, expected["layout"], got["layout"])
 
@@ -270,7 +274,7 @@ PLANS = {
     "swap.all_or_nothing": plan_all_or_nothing,
     "swap.errors": plan_errors,
 }
-JUDGES = {check: layout_judge if check == "swap.layout" else swap_judge(check) for check in PLANS}
+JUDGES = {check: naming_part2(layout_judge if check == "swap.layout" else swap_judge(check)) for check in PLANS}
 
 
 def test_swap(case, judge):

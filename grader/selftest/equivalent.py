@@ -16,6 +16,7 @@ _EMPTY = ("an empty chunk still raises ValueError before anything changes (a lis
 _OBJECT = ("the clamp only sees object arrays (an int beyond int64, a non-integer), each of which is still rejected: "
            "every element is clamped to -1 or past the vocabulary")
 _SYMMETRIC = "max/min of two ints with its arguments swapped: the same value"
+_ONE_POOL = "in every test all sequences of one step share one pool (assignment.md, Part 2): "
 
 EQUIVALENT = {
     "_as_int:+1:cmp:0": _NUMPY + "a Python int takes the general path to int(x), itself",
@@ -49,6 +50,12 @@ EQUIVALENT = {
     "paged_step:+2:drop:0": "seqs and chunks index, zip and len the same as lists or tuples; chunks is rebuilt as a list "
                             "below",
     "paged_step:+16:index:3": "every sequence of a group shares the group's pool (id(pool) is in its key)",
+    "paged_step:+16:drop:0": _ONE_POOL + "the last pool counted is the group's",
+    "paged_step:+16:index:1": _ONE_POOL + "the sequence before the group's first (or the last) is of the same pool",
+    "groups_across_pools": _ONE_POOL + "batching by position alone groups the same sequences",
+    "_check_chunk:+5:const:0": "only a Python int token below int64's range is accepted (as token 0): too large for "
+                               "int64, not graded (What is not graded; a solution converting with numpy raises "
+                               "OverflowError there)",
     "blockwise_attention:+3:const:1": "length 0 still raises ValueError: numpy's max() of no blocks' scores",
     "blockwise_attention:+4:drop:0": "length 0 still raises ValueError: numpy's max() of no blocks' scores",
     "blockwise_attention:+7:swap:0": _SYMMETRIC,
@@ -62,6 +69,14 @@ EQUIVALENT = {
                                 "changes, and an empty prompt fails in paged_step before anything changes",
     "cached_prefill:+14:swap:0": _SYMMETRIC,
     "SwapSpace.__init__:+1:drop:0": _NUMPY + "a non-integer n_blocks is not graded",
+    "SwapSpace.__init__:+2:const:1": "SwapSpace(pool, 0) accepted: n_blocks < 1 is not graded (What is not graded, "
+                                     "Part 6)",
+    "SwapSpace.__init__:+3:drop:0": "SwapSpace(pool, 0) accepted (a negative n_blocks still fails in np.zeros): "
+                                    "n_blocks < 1 is not graded (What is not graded, Part 6)",
+    "SwapSpace.swap_out:+2:drop:0": "swap_out is given a list (anything else is not graded, Part 6); list() only "
+                                    "copies it, and the group is not changed before it is read",
+    "SwapSpace.swap_in:+5:drop:0": "only a handle that cannot be a dict key raises another error (UnboundLocalError): "
+                                   "not graded (What is not graded, Part 6)",
     "SwapSpace.swap_out:+10:const:1": "the CPU blocks are taken from the other end of the free list: which CPU block "
                                       "holds what is not observed (the contract, Part 6), only n_free, n_out, n_in "
                                       "and what comes back",
