@@ -260,8 +260,8 @@ def _part2_probes(answer):
     """The part2 probes an answer of another part's scenario carries (scenarios.part2_probes), or {}."""
     if not isinstance(answer, dict):
         return {}
-    found = answer.get("part2", (answer.get("probes") or {}).get("part2") if isinstance(answer.get("probes"), dict)
-                       else None)
+    probes = answer.get("probes")                   # (prefix_script keeps its probes together)
+    found = answer.get("part2", probes.get("part2") if isinstance(probes, dict) else None)
     return found if isinstance(found, dict) else {}
 
 
