@@ -51,6 +51,7 @@ from explain import Ranges, hidden_feedback, their
 
 from grader import refcache, rubric
 from grader.hidden.compare import ranges_for
+from grader.hidden.judges import part2_note
 from grader.sandbox import DEFAULT_DEADLINE, Sandbox
 
 CALLS_AT_ONCE = 2          # the machines have 2 cores
@@ -432,7 +433,6 @@ class Grading:
         if case.second is not None:
             second, failed = self.second(check_id, i)
             if failed:             # (the run of your own it compares with: Part 2's steps, named when they fail)
-                from grader.hidden.judges import part2_note
                 with hidden_feedback(ranges_for(case)):
                     note = part2_note(expected, got)
                 return f"{failed}\n  {note}" if note else failed
