@@ -479,10 +479,14 @@ def refcount_note(probe):
     if probe is None:
         return ""
     if not isinstance(probe, dict) or probe.get("call") not in sc.REFCOUNT_CALLS or \
-            set(probe) not in ({"call", "error"}, {"call", "wrong"}):
+            set(probe) not in ({"call", "error"}, {"call", "wrong"}, {"call", "bad_id"}):
         return "Note: pool.incref, decref or refcount failed on a pool of its own (Part 1): fix Part 1 first."
-    what = f"raised {their(probe['error'], 'kind')}" if "error" in probe else "gave a wrong count"
-    return (f"Note: on a pool of its own, your pool.{probe['call']} {what} on a block alloc handed out (Part 1): "
+    if "bad_id" in probe:
+        what = "took an id outside [0, n_blocks) without ValueError"
+    else:
+        what = (f"raised {their(probe['error'], 'kind')}" if "error" in probe else "gave a wrong count") + \
+            " on a block alloc handed out"
+    return (f"Note: on a pool of its own, your pool.{probe['call']} {what} (Part 1): "
             "fork, free and copy-on-write are judged through incref, decref and refcount: fix Part 1 first.")
 
 

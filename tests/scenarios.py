@@ -119,11 +119,13 @@ def working_pool(pk, cfg, n_blocks, block_size, ledger=None):
 
 def copy_moves_references(pk, cfg=None):
     """Whether pool.copy_block changes references it should not (the source's refcount, or the copy's
-    other than 1), on a pool of its own (copy_probe): Part 1's, so the ledger then keeps the
-    references while the copy itself (its id, its K/V) stays the submission's."""
+    other than 1), or raises or returns no block id (a stub's NotImplementedError aside), on a pool of
+    its own (copy_probe): Part 1's, so the ledger then keeps the references and makes the copies the
+    contract's way where the submission's are not (ledger.py)."""
     probe = copy_runs(pk, cfg)
-    return isinstance(probe, dict) and "error" not in probe and (
-        probe.get("source_delta") != 0 or probe.get("copy_refcount") != 1)
+    if isinstance(probe, dict) and set(probe) == {"error"}:
+        return probe["error"] != "NotImplementedError"
+    return isinstance(probe, dict) and (probe.get("source_delta") != 0 or probe.get("copy_refcount") != 1)
 
 
 def _storage_float64(pool, cfg, n_blocks, block_size):
@@ -478,8 +480,9 @@ REFCOUNT_CALLS = ("refcount", "incref", "decref")
 def refcount_probe(pk, cfg=None):
     """What incref, decref and refcount do on a pool of its own: every block's refcount 0 at first;
     two blocks alloc hands out (of 5: the pool is never full) go 1, 2, 3, 2, 1, 0, the others staying
-    0 all along. None when they do what the contract says, else the first call that raised ({"call",
-    "error": kind}) or whose count was wrong ({"call", "wrong": True}). Part 4 is judged through them
+    0 all along; ids 5 and -1 are a ValueError. None when they do what the contract says, else the
+    first call that raised ({"call", "error": kind}), whose count was wrong ({"call", "wrong": True})
+    or that took a bad id otherwise ({"call", "bad_id": True}). Part 4 is judged through them
     (fork increfs, free decrefs, the rules read every block's refcount), so a failing Part 4 check
     names Part 1 when they do not work."""
     cfg = config(cfg)
@@ -502,6 +505,12 @@ def refcount_probe(pk, cfg=None):
                     getattr(pool, call)(b)
                 if not counts([want if x == b else int(x in held[i + 1:]) for x in range(5)]):
                     return {"call": call or "refcount", "wrong": True}
+        for call in REFCOUNT_CALLS:                 # an id outside [0, n_blocks): ValueError (a cache checks ids so)
+            for bad in (5, -1):
+                current[0] = call
+                _, error = attempt(getattr(pool, call), bad)
+                if error is None or error["kind"] != "ValueError":
+                    return {"call": call, "bad_id": True}
         return None
     result, error = attempt(run)
     return result if error is None else {"call": current[0], "error": error["kind"]}
