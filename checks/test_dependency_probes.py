@@ -1,7 +1,9 @@
 """Part 2 named where Parts 4-6 depend on it (scenarios.sequence_probe, step_probe; judges.part2_note):
 every correct implementation answers both probes as the reference does, so no correct solution is
 ever told to fix Part 2; a constructor or a batched step that is wrong is, in the failing check of
-another part; a passing case gets no note."""
+another part; a passing case gets no note. And Part 1's probes that put the grader's book of
+references in front of a broken pool (refcount_probe, copy_moves_references) see the bugs the
+generated corpus found leaking into other parts."""
 import os
 
 import pytest
@@ -21,7 +23,8 @@ VARIANTS = sorted(f[:-3] for f in os.listdir(os.path.join(mutants.HERE, "variant
 
 
 NAMES = ("PagedSequence.__init__:+1:drop:0", "PagedSequence.__init__:+3:drop:0", "paged_step:+28:index:3",
-         "paged_step:+23:index:2", "_slots:+4:index:1")
+         "paged_step:+23:index:2", "_slots:+4:index:1", "BlockPool.refcount:+3:drop:0", "BlockPool.__init__:+11:const:0",
+         "BlockPool._in_use:+4:index:1", "BlockPool.copy_block:+6:return:0")
 _BUILT = {}
 
 
@@ -80,3 +83,20 @@ def test_no_probe_no_note(reference):
     """A pool that cannot be built (Part 1's) gives no probe, and no note naming Part 2."""
     assert judges.part2_note(reference, {"part2": {"sequence": None, "step": None}}) == ""
     assert judges.part2_note({"part2": {}}, _probes(_generated("paged_step:+28:index:3"))) == ""
+
+
+@pytest.mark.parametrize("name, said", [
+    ("BlockPool.refcount:+3:drop:0", {"call": "refcount", "bad_id": True}),     # refcount(5): IndexError
+    ("BlockPool.__init__:+11:const:0", {"call": "refcount", "wrong": True}),    # free blocks count 1
+    ("BlockPool._in_use:+4:index:1", {"call": "incref", "error": "ValueError"}),  # reads the neighbour's count
+])
+def test_part1s_reference_book_stands_in_for_counts_a_cache_or_a_fork_reads(name, said):
+    """The ledger (working_pool) stands in when refcount_probe finds incref, decref or refcount wrong on
+    a pool of its own, free blocks and bad ids included; the reference passes the probe."""
+    assert scenarios.refcount_probe(load_reference()) is None
+    assert scenarios.refcount_probe(_generated(name)) == said
+
+
+def test_a_copy_block_that_returns_no_id_puts_the_ledgers_copies_in_front():
+    assert not scenarios.copy_moves_references(load_reference())
+    assert scenarios.copy_moves_references(_generated("BlockPool.copy_block:+6:return:0"))
