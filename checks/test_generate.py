@@ -171,3 +171,16 @@ def test_every_hand_written_mutant_is_anchored_where_generate_anchors_its_line()
         line = text[:start].count("\n") + 1
         found = generate.anchor(text, line, tree)
         assert found.split(":")[0] == where and generate.line_of(text, found) == line, (m.name, where, found)
+
+
+def test_the_quick_mode_judges_the_replays_as_a_grading_does():
+    """inprocess.judge_check (generate --mode inprocess, margins, earns) judges paged_step.replays too, the
+    runs Parts 4 and 5 compare theirs with: a copy of the reference passes it, a step that reads the
+    wrong slot fails it."""
+    from grader.selftest import inprocess
+    ref = inprocess.load(mutants.REFERENCE, "replays_ref")
+    same = inprocess.load(mutants.REFERENCE, "replays_same")
+    slots = next(m for m in mutants.MUTANTS if m.name == "slots_swapped")
+    wrong = inprocess.load_text(mutants.apply(slots), "replays_wrong")
+    assert inprocess.judge_check(same, ref, "paged_step.replays", 0) == [None, None]
+    assert all("run 1 of" in m for m in inprocess.judge_check(wrong, ref, "paged_step.replays", 0))

@@ -395,6 +395,16 @@ def put_kv(pool, table, start, n, seed, lo=0, hi=None):
     return True
 
 
+def adopted(pool, seq, n, seed, order):
+    """seq, given by the test the K/V of n positions in blocks it takes (pool.alloc), its table in
+    `order` (a permutation of them: any order, as frees and copies leave tables), through the
+    contract's attributes (blocks, length), as a step would have left them."""
+    blocks = [pool.alloc() for _ in order]
+    seq.blocks, seq.length = [blocks[k] for k in order], n
+    put_kv(pool, [as_int(b) for b in seq.blocks], 0, n, seed)
+    return seq
+
+
 def alloc_order(pk, cfg=None, n_blocks=16, block_size=4, setup=(), ledger=None):
     """The ids a fresh pool of this implementation hands out, in order until it is full, after the
     test's own pool actions `setup`: Part 2 names a block by its place in this order, so which id the
@@ -587,13 +597,7 @@ def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(
         return j
 
     def adopt(i, n, seed, order):
-        """The test gives empty seq i the K/V of n positions in blocks of its own (pool.alloc), its table
-        in `order` (a permutation of them: any order, as frees and copies leave tables), through the
-        contract's attributes (blocks, length), as a step would have left them."""
-        blocks = [pool.alloc() for _ in order]
-        seqs[i].blocks = [blocks[k] for k in order]
-        seqs[i].length = n
-        put_kv(pool, [as_int(b) for b in seqs[i].blocks], 0, n, seed)
+        adopted(pool, seqs[i], n, seed, order)
 
     def poke(i, pos, seed, n=1):
         if not put_kv(pool, [as_int(b) for b in seqs[i].blocks], pos, n, seed):
@@ -725,10 +729,7 @@ def layout_probe(pk, cfg=None):
     def logits(order):
         pool = _storage_float64(new_pool(pk, cfg, 8, 4), cfg, 8, 4)
         pool.alloc()                                # (the test's: the sequence's blocks do not start at 0)
-        blocks = [pool.alloc() for _ in order]
-        seq = pk.PagedSequence(pool)
-        seq.blocks, seq.length = [blocks[k] for k in order], 10
-        put_kv(pool, [as_int(b) for b in seq.blocks], 0, 10, 7)
+        seq = adopted(pool, pk.PagedSequence(pool), 10, 7, order)
         return as_array(pk.paged_step(params(cfg, 0), cfg, [seq], [[5, 6, 7]])[0])
     try:
         result, error = attempt(lambda: bool(np.max(np.abs(logits([0, 1, 2]) - logits([2, 0, 1]))) > 1e-9))
@@ -782,14 +783,8 @@ def step_probe(pk, cfg=None, ledger=None):
 
     def run():
         pool.alloc()                                    # (the test's: the sequences' blocks do not start at 0)
-        seqs = []
-        for n, order, seed in ((5, (1, 0), 11), (2, (0,), 12), (5, (0, 1), 13)):
-            blocks = [pool.alloc() for _ in order]
-            seq = fresh_sequence(pk, pool)
-            seq.blocks, seq.length = [blocks[k] for k in order], n
-            put_kv(pool, [as_int(b) for b in seq.blocks], 0, n, seed)
-            seqs.append(seq)
-        a, c, b = seqs
+        a, c, b = (adopted(pool, fresh_sequence(pk, pool), n, seed, order)
+                   for n, order, seed in ((5, (1, 0), 11), (2, (0,), 12), (5, (0, 1), 13)))
         out = [as_array(x) for x in pk.paged_step(prm, cfg, [a, c, b], [[1, 2], [3], [4, 5]])]
         out += [as_array(x) for x in pk.paged_step(prm, cfg, [b, a], [[6], [7]])]
         return {"logits": out, "lengths": [as_int(s.length) for s in (a, c, b)]}
@@ -824,7 +819,7 @@ _PROBED = {}
 def probed(probe, pk, cfg=None, **kw):
     """probe(pk, cfg, **kw), once per implementation, probe, Config and keywords in this process (a worker
     runs many cases of one implementation: what its pools do on pools of their own does not change)."""
-    key = (probe.__name__, id(pk), repr(cfg), repr(sorted(kw.items())))
+    key = (probe.__name__, id(pk), repr(cfg), tuple(sorted(kw.items())))   # (a ledger's source hashes once)
     if key not in _PROBED:
         _PROBED[key] = probe(pk, cfg, **kw)
     return _PROBED[key]

@@ -25,7 +25,8 @@ from explain import hidden_feedback  # noqa: E402
 
 from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
-from grader.hidden.conftest import Context, _bound_checks, _unbuilt, _with_ledger, drawn_flags, rng_for  # noqa: E402
+from grader.hidden.conftest import (REPLAYS, Context, _bound_checks, _unbuilt, _with_ledger, drawn_flags,  # noqa: E402
+                                   rng_for)
 
 
 def load(path, tag):
@@ -76,20 +77,64 @@ def _batch(pk, calls, sent=False):
         return None, f"the answer is not plain data ({type(e).__name__}: {e})"
 
 
-_EXPECTED = {}      # (reference module's name, check id, seed) -> its answers: computed once
+_EXPECTED = {}      # (reference module's name, (check id, seed[, case])) -> its answers: computed once
+
+
+def _reference(ref, key, calls):
+    if (ref.__name__, key) not in _EXPECTED:
+        _EXPECTED[(ref.__name__, key)], why = _batch(ref, calls)
+        assert why is None, f"the reference's {key}: {why}"
+    return _EXPECTED[(ref.__name__, key)]
+
+
+def _replay_calls(ref, check_id, seed, cases, bound):
+    """Per case of a replays check, the second runs its twinned check makes of the reference's own
+    first answers, as a grading makes them (hidden conftest's _replay_calls)."""
+    out = []
+    for case in cases:
+        twinned = case.inputs["of"]
+        plan = bound[twinned][0]
+        first_cases = plan(rng_for(seed, twinned))
+        first = _reference(ref, (twinned, seed), _with_ledger(twinned, [[c.scenario, c.inputs] for c in first_cases]))
+        calls = [c for e, x in zip(first, first_cases) if x.second is not None for c in x.second(e, e)]
+        out.append(_with_ledger(check_id, calls))
+    return out
+
+
+def _judge_replays(pk, ref, check_id, seed, cases, judge, bound, seen):
+    """A replays check (paged_step.replays): each case's runs answered by pk and by the reference."""
+    out = []
+    for i, (case, calls) in enumerate(zip(cases, _replay_calls(ref, check_id, seed, cases, bound))):
+        case = case._replace(inputs={**case.inputs, "calls": calls})
+        expected = _reference(ref, (check_id, seed, i), calls)
+        got, why = _batch(pk, calls, sent=True)
+        if seen is not None:
+            seen.append((case, expected, got))
+        built = why or next((_unbuilt(g, rubric.CHECKS[check_id].part) for g in got if _unbuilt(g)), None)
+        out.append(built or _judged(judge, check_id, case, expected, got, None))
+    return out
+
+
+def _judged(judge, check_id, case, expected, got, second):
+    with hidden_feedback(ranges_for(case)):
+        try:
+            return judge(case, expected, got, Context(None, check_id, second))
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            return f"the judge could not read the answer ({type(e).__name__})"
 
 
 def judge_check(pk, ref, check_id, seed, bound=None, seen=None):
     """[None or message per case] of one check at one seed, pk judged against the reference ref;
     seen: a list to append each (case, expected, got) to."""
-    plan, judge = (bound or bound_checks())[check_id]
+    bound = bound or bound_checks()
+    plan, judge = bound[check_id]
     cases = plan(rng_for(seed, check_id))
+    if cases and all(c.scenario == REPLAYS for c in cases):
+        return _judge_replays(pk, ref, check_id, seed, cases, judge, bound, seen)
     calls = _with_ledger(check_id, [[c.scenario, c.inputs] for c in cases])
-    key = (ref.__name__, check_id, seed)
-    if key not in _EXPECTED:
-        _EXPECTED[key], why = _batch(ref, calls)
-        assert why is None, f"the reference's {check_id}: {why}"
-    expected = _EXPECTED[key]
+    expected = _reference(ref, (check_id, seed), calls)
     got, why = _batch(pk, calls, sent=True)
     if why:
         return [why] * len(cases)
@@ -106,13 +151,7 @@ def judge_check(pk, ref, check_id, seed, bound=None, seen=None):
             if why:
                 out.append(why)
                 continue
-        with hidden_feedback(ranges_for(case)):
-            try:
-                out.append(judge(case, e, g, Context(None, check_id, second)))
-            except AssertionError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                out.append(f"the judge could not read the answer ({type(e).__name__})")
+        out.append(_judged(judge, check_id, case, e, g, second))
     return out
 
 
