@@ -240,9 +240,7 @@ class Grading:
         for case in self.plans[check_id]:
             twinned = case.inputs["of"]
             first = self.expected[twinned] if twinned in self.expected else self._reference_first(twinned)
-            calls = [c for e, case_x in zip(first, self._plan(twinned)) if case_x.second is not None
-                     for c in case_x.second(e, e)]
-            out.append(_with_ledger(check_id, calls))
+            out.append(_with_ledger(check_id, replayed(first, self._plan(twinned))))
         return out
 
     def _deadline(self, check_ids):
@@ -489,6 +487,12 @@ def _bound_checks():
 
 
 REPLAYS = "replays"     # the scenario of a case whose answers are other checks' second runs (paged_step.replays)
+
+
+def replayed(first, cases):
+    """The second runs a twinned check's cases make of the reference's own first answers: a replays
+    case's runs (for a correct submission, the very calls of that check's second runs)."""
+    return [call for e, case in zip(first, cases) if case.second is not None for call in case.second(e, e)]
 
 
 def _with_ledger(check_id, calls):

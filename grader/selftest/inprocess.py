@@ -26,7 +26,7 @@ from explain import hidden_feedback  # noqa: E402
 from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
 from grader.hidden.conftest import (REPLAYS, Context, _bound_checks, _unbuilt, _with_ledger, drawn_flags,  # noqa: E402
-                                   rng_for)
+                                   replayed, rng_for)
 
 
 def load(path, tag):
@@ -96,8 +96,7 @@ def _replay_calls(ref, check_id, seed, cases, bound):
         plan = bound[twinned][0]
         first_cases = plan(rng_for(seed, twinned))
         first = _reference(ref, (twinned, seed), _with_ledger(twinned, [[c.scenario, c.inputs] for c in first_cases]))
-        calls = [c for e, x in zip(first, first_cases) if x.second is not None for c in x.second(e, e)]
-        out.append(_with_ledger(check_id, calls))
+        out.append(_with_ledger(check_id, replayed(first, first_cases)))
     return out
 
 
