@@ -184,3 +184,16 @@ def test_the_quick_mode_judges_the_replays_as_a_grading_does():
     wrong = inprocess.load_text(mutants.apply(slots), "replays_wrong")
     assert inprocess.judge_check(same, ref, "paged_step.replays", 0) == [None, None]
     assert all("run 1 of" in m for m in inprocess.judge_check(wrong, ref, "paged_step.replays", 0))
+
+
+def test_the_second_oracle_runs_on_a_survivor_and_passes_a_copy_of_the_reference():
+    """measure._second (generate's verify_corpus on the mutants the grader spares) checks a text: the
+    reference's own passes every check and differential run, a key built with / fails them. (Its
+    helper was renamed when Part 6 came: every survivor's check then died and read as a kill.)"""
+    from grader.selftest import measure
+    from grader.selftest import verify_corpus as vc
+    ref = vc.load_reference()
+    assert measure._second(mutants.reference_text(), "second_copy", ref) == []
+    text = mutants.reference_text()
+    keys = text.replace("range(len(t) // self.pool.block_size)", "range(len(t) / self.pool.block_size)")
+    assert keys != text and any("TypeError" in f for f in measure._second(keys, "second_keys", ref))

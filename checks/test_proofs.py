@@ -84,6 +84,17 @@ def test_the_summary_counts_each_figure_once():
     assert [(o["name"], o["part"], o["own"]) for o in s["oracle_violations"]] == [("b", "allocator", True)]
 
 
+def test_a_second_oracle_that_could_not_run_is_no_kill():
+    """verify_corpus's verdict on a survivor: its failures (a blind spot), none (equivalent as far as it
+    can tell), or the child that ran it died: then it is counted apart, never as a kill."""
+    caught, clean, died = (rec(n, ["paged_step"], {"0": {}, "1": {}}) for n in ("caught", "clean", "died"))
+    caught["second_oracle"], clean["second_oracle"], died["second_oracle"] = ["pc_hits: TypeError"], [], \
+        {"problem": "the child died (exit 1)"}
+    s = proofs.summary([caught, clean, died], NUMBERS, {"prefix_cache"})
+    assert (s["survivors_second_oracle_kills"], s["survivors_second_oracle_not_run"]) == (["caught"], ["died"])
+    assert "1 failing verify_corpus's checks, 1 it could not check)" in proofs.render("t", s)
+
+
 def test_violations_lists_each_failed_proof_once_and_a_clean_corpus_none():
     clean = [rec("a", ["allocator"], {"0": {"allocator": 1}, "1": {"allocator": 2}}, public={"allocator": ["t"]}),
              rec("eq", ["paged_step"], {"0": {}, "1": {}}),

@@ -473,8 +473,8 @@ def main(argv=None):
             if r["name"] in by_name:
                 m = by_name[r["name"]].mutant
                 r["part"], r["parts"], r["bug"] = m.part, list(m.parts), m.bug
-        todo = [by_name[r["name"]] for r in records if proofs.spared(r) and r.get("second_oracle") is None
-                and r["name"] in by_name]
+        todo = [by_name[r["name"]] for r in records if proofs.spared(r) and not isinstance(r.get("second_oracle"), list)
+                and r["name"] in by_name]     # (not yet run, or its child died: again)
         found = measure.second_oracle(todo, args.jobs) if todo else {}
         for r in records:
             r["second_oracle"] = found.get(r["name"], r.get("second_oracle"))

@@ -270,7 +270,7 @@ def _second(text, tag, ref):
         except BaseException as e:  # noqa: BLE001
             return [f"import: {type(e).__name__}: {e}"[:300]]
         failed += [f"{n}: {msg}"[:300] for n, msg in vc.run_checks(pk, ref).items() if msg]
-        runs = [vc.differential] + ([vc.differential_cache] if vc.has_bonus(pk) else [])
+        runs = [vc.differential] + ([vc.differential_cache] if vc.writes(pk, "prefix_cache") else [])
         for run_ in runs:
             for seed in range(DIFFERENTIAL_SEEDS):
                 try:
@@ -282,14 +282,15 @@ def _second(text, tag, ref):
 
 
 def second_oracle(entries, jobs=2):
-    """{name: verify_corpus's failures} of each entry (an independent in-process checker, without the
-    grader: a mutant the grader spares but this catches is a blind spot, not an equivalent)."""
+    """{name: verify_corpus's failures, or {"problem": why} when it could not run} of each entry (an
+    independent in-process checker, without the grader: a mutant the grader spares but this catches is
+    a blind spot, not an equivalent; one it could not check is neither)."""
     from grader.selftest import verify_corpus as vc
     ref = vc.load_reference()
     vc.run_checks(ref, ref)           # its lazily computed expectations, inherited by every child
     tasks = [(e.name, (lambda e=e, i=i: _second(e.text, f"second{i}", ref))) for i, e in enumerate(entries)]
     got = _forked_map(tasks, jobs, progress=Progress(len(tasks), "second oracle"))
-    return {e.name: (g if isinstance(g, list) else [g["problem"]]) for e, g in zip(entries, got)}
+    return dict(zip((e.name for e in entries), got))   # a child that died: {"problem": why}, not a failure
 
 
 # ------------------------------------------------------------------------------------ both

@@ -168,7 +168,10 @@ def summary(records, numbers, bonus, equivalent=(), eps=EPS):
         "survivors_not_equivalent": [{"name": n, "parts": by[n]["parts"], "bug": by[n]["bug"],
                                       "second_oracle": by[n].get("second_oracle")}
                                      for n in survivors if n not in equivalent],
-        "survivors_second_oracle_kills": sorted(n for n in survivors if by[n].get("second_oracle")),
+        "survivors_second_oracle_kills": sorted(n for n in survivors if isinstance(by[n].get("second_oracle"), list)
+                                                and by[n]["second_oracle"]),
+        "survivors_second_oracle_not_run": sorted(n for n in survivors
+                                                  if isinstance(by[n].get("second_oracle"), dict)),
         "equivalent_but_killed": sorted(n for n in equivalent if n in by and n not in survivors),
         "cascade": {"overall": len(every), "within_core": len(core), "into_bonus": len(into),
                     "named": sum(1 for c in every if c[2])},
@@ -209,7 +212,9 @@ def render(title, s):
         f"  killed on every seed {s['killed_every_seed']}, on some seeds only {len(s['killed_some_seeds'])}, "
         f"on none {s['not_killed']} ({len(s['failing_public_only'])} of them fail public tests; survivors "
         f"{len(s['survivors'])}, {len(s['equivalent_listed'])} listed as equivalent, "
-        f"{len(s['survivors_second_oracle_kills'])} failing verify_corpus's checks)",
+        f"{len(s['survivors_second_oracle_kills'])} failing verify_corpus's checks"
+        + (f", {len(s['survivors_second_oracle_not_run'])} it could not check" if s.get("survivors_second_oracle_not_run")
+           else "") + ")",
         f"  cascade: {c['overall']} overall, {c['within_core']} within Parts 1-4, {c['into_bonus']} into the bonus; "
         f"{c['named']} named (\"fix Part N first\")",
         f"  oracle: {len(s['oracle_violations'])} (mutant, part) pairs fail public tests of the part but lose no hidden "
