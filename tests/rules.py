@@ -481,11 +481,8 @@ def refcount_note(probe):
     if not isinstance(probe, dict) or probe.get("call") not in sc.REFCOUNT_CALLS or \
             set(probe) not in ({"call", "error"}, {"call", "wrong"}, {"call", "bad_id"}):
         return "Note: pool.incref, decref or refcount failed on a pool of its own (Part 1): fix Part 1 first."
-    if "bad_id" in probe:
-        what = "took an id outside [0, n_blocks) without ValueError"
-    else:
-        what = (f"raised {their(probe['error'], 'kind')}" if "error" in probe else "gave a wrong count") + \
-            " on a block alloc handed out"
+    what = sc.refcount_said(probe, lambda kind: their(kind, "kind")) + \
+        ("" if "bad_id" in probe else " on a block alloc handed out")
     return (f"Note: on a pool of its own, your pool.{probe['call']} {what} (Part 1): "
             "fork, free and copy-on-write are judged through incref, decref and refcount: fix Part 1 first.")
 

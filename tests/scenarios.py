@@ -526,6 +526,14 @@ def refcount_probe(pk, cfg=None):
     return result if error is None else {"call": current[0], "error": error["kind"]}
 
 
+def refcount_said(probe, kind=str):
+    """What a refcount_probe answer that is not None found, in the words the public tests and the
+    hidden feedback both print; kind(error kind) shows the kind (the hidden side marks it as theirs)."""
+    if "bad_id" in probe:
+        return "took an id outside [0, n_blocks) without ValueError"
+    return f"raised {kind(probe['error'])}" if "error" in probe else "gave a wrong count"
+
+
 def step_script(pk, cfg=None, param_seed=0, n_blocks=16, block_size=4, actions=(), record_kv=False, ledger=None):
     """Part 2's scripts: sequences advanced by paged_step, reserve, write and read, on a pool the test
     shapes with blocks of its own; no fork or free (Part 4). Returns {"order": alloc_order after the

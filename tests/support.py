@@ -203,9 +203,7 @@ def part1_problem(pk):
     if "part1" not in _WORKS:
         try:
             found = sc.refcount_probe(pk)
-            said = (f"pool.{found['call']} " + ("gave a wrong count" if "wrong" in found else
-                                                "took an id outside [0, n_blocks) without ValueError" if "bad_id" in found
-                                                else f"raised {found['error']}") if found else "")
+            said = f"pool.{found['call']} {sc.refcount_said(found)}" if found else ""
             if not said and sc.capacity_probe(pk) is not None:
                 said = "pool.n_free does not say what alloc hands out (or a block given back is not handed out again)"
             if not said and sc.copy_moves_references(pk):
