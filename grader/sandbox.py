@@ -325,26 +325,32 @@ class Sandbox:
         if "/tmp" not in fresh:
             raise RuntimeError("the sandbox needs /tmp (its new root lives in the call's fresh /tmp)")
         mount, q, r = self._tools["mount"], shlex.quote, NEW_ROOT
-        lines = [f"mkdir -m 0755 {r}", f"{mount} -t tmpfs -o nosuid,nodev,mode=0755,size=1m cs349e-root {r}"]
+        links, mounts = [], []                          # mounts: (folder in the new root, how it is mounted)
         for d in SYSTEM:
             if os.path.islink(d):
-                lines.append(f"ln -s {q(os.readlink(d))} {r}{d}")
+                links.append(f"ln -s {q(os.readlink(d))} {r}{d}")
             elif os.path.isdir(d):
-                lines += [f"mkdir -p {r}{d}", f"{mount} --rbind {d} {r}{d}"]
-        lines += [f"mkdir {r}/proc", f"{mount} -t proc -o nosuid,nodev,noexec proc {r}/proc",
-                  f"mkdir {r}/dev", f"{mount} --rbind /dev {r}/dev"]
-        lines += [f"mkdir -p {r}{p} && {mount} -t tmpfs -o nosuid,nodev,size=16m,mode=1777 cs349e-tmp {r}{p}"
-                  for p in fresh]
+                mounts.append((d, f"--rbind {d}"))
+        mounts += [("/proc", "-t proc -o nosuid,nodev,noexec proc"), ("/dev", "--rbind /dev")]
+        mounts += [(p, "-t tmpfs -o nosuid,nodev,size=16m,mode=1777 cs349e-tmp") for p in fresh]
         python_home = os.path.dirname(os.path.dirname(self._runtime.python))
         needed = [self._runtime.site, str(call_dir), *self._share]
         if not any(_inside(os.path.realpath(python_home), os.path.realpath(d)) for d in SYSTEM if os.path.isdir(d)):
             needed.append(python_home)                  # e.g. a venv in /opt (Gradescope's setup.sh)
+        mounts += [(p, f"--rbind {q(p)}") for p in needed]
         system = [os.path.realpath(d) for d in SYSTEM if os.path.isdir(d)]
-        for p in needed:
-            lines += [f"mkdir -p {r}{q(p)}", f"{mount} --rbind {q(p)} {r}{q(p)}"]
-            for parent in Path(p).parents:          # the folders made on the way: pass through, never list
-                if str(parent) != "/" and not any(_inside(str(parent), d) for d in system):
-                    lines.append(f"chmod 0711 {r}{q(str(parent))}")
+        passes = dict.fromkeys(str(parent) for p in needed for parent in Path(p).parents   # the folders made on
+                               if str(parent) != "/" and not any(_inside(str(parent), d) for d in system))  # the way
+        # Each mount point is made just before its mount when it lies under another one (/dev/shm, a folder
+        # in the fresh /tmp), else all at once in one mkdir, first: one process instead of one each.
+        under = lambda p: any(o != p and _inside(p, o) for o, _ in mounts)   # noqa: E731
+        lines = [f"mkdir -m 0755 {r}", f"{mount} -t tmpfs -o nosuid,nodev,mode=0755,size=1m cs349e-root {r}",
+                 *links, "mkdir -p " + " ".join(f"{r}{q(p)}" for p, _ in mounts if not under(p))]
+        for p, how in mounts:
+            lines += [f"mkdir -p {r}{q(p)}"] if under(p) else []
+            lines.append(f"{mount} {how} {r}{q(p)}")
+        if passes:                                      # pass through, never list
+            lines.append("chmod 0711 " + " ".join(f"{r}{q(p)}" for p in passes))
         return lines
 
     def _masks(self):
