@@ -230,7 +230,7 @@ class Grading:
         return self.plans.get(check_id) or self._drawn[check_id]
 
     def _calls(self, check_id):
-        return _with_ledger(check_id, [[c.scenario, c.inputs] for c in self._plan(check_id)])
+        return case_calls(check_id, self._plan(check_id))
 
     def _replay_calls(self, check_id):
         """Per case of a replays check, the second runs its twinned check makes of the reference's own
@@ -493,6 +493,11 @@ def replayed(first, cases):
     """The second runs a twinned check's cases make of the reference's own first answers: a replays
     case's runs (for a correct submission, the very calls of that check's second runs)."""
     return [call for e, case in zip(first, cases) if case.second is not None for call in case.second(e, e)]
+
+
+def case_calls(check_id, cases):
+    """The calls a check's cases make, as a grading sends them (with the ledger where it rides)."""
+    return _with_ledger(check_id, [[c.scenario, c.inputs] for c in cases])
 
 
 def _with_ledger(check_id, calls):

@@ -25,8 +25,8 @@ from explain import hidden_feedback  # noqa: E402
 
 from grader import rubric, wire  # noqa: E402
 from grader.hidden.compare import ranges_for  # noqa: E402
-from grader.hidden.conftest import (REPLAYS, Context, _bound_checks, _unbuilt, _with_ledger, drawn_flags,  # noqa: E402
-                                   replayed, rng_for)
+from grader.hidden.conftest import (REPLAYS, Context, _bound_checks, _unbuilt, _with_ledger, case_calls,  # noqa: E402
+                                   drawn_flags, replayed, rng_for)
 
 
 def load(path, tag):
@@ -95,7 +95,7 @@ def _replay_calls(ref, check_id, seed, cases, bound):
         twinned = case.inputs["of"]
         plan = bound[twinned][0]
         first_cases = plan(rng_for(seed, twinned))
-        first = _reference(ref, (twinned, seed), _with_ledger(twinned, [[c.scenario, c.inputs] for c in first_cases]))
+        first = _reference(ref, (twinned, seed), case_calls(twinned, first_cases))
         out.append(_with_ledger(check_id, replayed(first, first_cases)))
     return out
 
@@ -132,7 +132,7 @@ def judge_check(pk, ref, check_id, seed, bound=None, seen=None):
     cases = plan(rng_for(seed, check_id))
     if cases and all(c.scenario == REPLAYS for c in cases):
         return _judge_replays(pk, ref, check_id, seed, cases, judge, bound, seen)
-    calls = _with_ledger(check_id, [[c.scenario, c.inputs] for c in cases])
+    calls = case_calls(check_id, cases)
     expected = _reference(ref, (check_id, seed), calls)
     got, why = _batch(pk, calls, sent=True)
     if why:
