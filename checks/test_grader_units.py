@@ -542,6 +542,29 @@ def test_naming_blocks_by_handle_pardons_no_block_handed_out_twice():
     assert "4577378705285645323" not in said and "an implausibly large number" in said, said
 
 
+@pytest.mark.parametrize("where, find, replace, also", [
+    ("BlockPool.refcount", "return self._ref[b]", "return self._ref[b - 1]", "[1]"),   # reads its neighbour's
+    ("BlockPool.alloc", "self._ref[b] = 1", "pass", None),                           # never counts the block
+])
+def test_a_handles_wrong_refcount_says_too_what_the_blocks_no_call_returned_read(where, find, replace, also):
+    """The feedback study's miss: a refcount that reads the neighbour's count was read as alloc's bug.
+    After the first alloc, #0 (block 0) reads 0 in both; only the neighbour-reader has block 1, which no
+    call returned, read 1 (block 0's count), and the message now says both."""
+    import paged_kv as reference
+    import scenarios
+    from grader.hidden.inputs import Case
+    from grader.hidden.judges import pool_judge
+    from grader.selftest import mutants
+    case = Case("unit", "pool_script", {"cfg": None, "n_blocks": 3, "block_size": 2, "ops": [["alloc"], ["alloc"]]})
+    bug = load(mutants.edited(REPO_SOLUTION.read_text(), [(where, find, replace)], "unit"), "unit_refcount")
+    said = pool_judge(case, scenarios.pool_script(reference, **case.inputs), scenarios.pool_script(bug, **case.inputs))
+    assert "after action 1 of 2" in said and "the refcount of #0's block: expected 1, got 0" in said, said
+    if also:
+        assert f"; and blocks no call has returned have refcounts {also}: a block nobody was handed is free" in said
+    else:
+        assert "no call has returned" not in said, said
+
+
 def test_an_answer_that_says_the_pool_could_not_be_built_names_the_part_to_fix():
     """Issue 15 item 8: scenarios.batch gives {"unbuilt": "BlockPool", "kind": ...} when BlockPool(...)
     raised; the grader names it and Part 1, trusting only a name it knows and a kind from its list."""
