@@ -339,8 +339,9 @@ class Sandbox:
             needed.append(python_home)                  # e.g. a venv in /opt (Gradescope's setup.sh)
         mounts += [(p, f"--rbind {q(p)}") for p in needed]
         system = [os.path.realpath(d) for d in SYSTEM if os.path.isdir(d)]
-        passes = dict.fromkeys(str(parent) for p in needed for parent in Path(p).parents   # the folders made on
-                               if str(parent) != "/" and not any(_inside(str(parent), d) for d in system))  # the way
+        # the folders made on the way to a needed one: pass through, never list
+        passes = dict.fromkeys(str(parent) for p in needed for parent in Path(p).parents
+                               if str(parent) != "/" and not any(_inside(str(parent), d) for d in system))
         # Each mount point is made just before its mount when it lies under another one (/dev/shm, a folder
         # in the fresh /tmp), else all at once in one mkdir, first: one process instead of one each.
         under = lambda p: any(o != p and _inside(p, o) for o, _ in mounts)   # noqa: E731
@@ -349,7 +350,7 @@ class Sandbox:
         for p, how in mounts:
             lines += [f"mkdir -p {r}{q(p)}"] if under(p) else []
             lines.append(f"{mount} {how} {r}{q(p)}")
-        if passes:                                      # pass through, never list
+        if passes:
             lines.append("chmod 0711 " + " ".join(f"{r}{q(p)}" for p in passes))
         return lines
 

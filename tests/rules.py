@@ -124,8 +124,8 @@ def pool_difference(expected, got):
                 return f"the script's calls made {their(len(g), 'count')} handles, expected {len(e)}"
             k = next(k for k, (a, b) in enumerate(zip(e, g)) if a != b)
             said = f"the refcount of #{k}'s block: expected {_said(e[k])}, got {_their_said(g[k])}"
-            if expected.get("unallocated") != got.get("unallocated"):     # both at once: a count read off by one
-                said += "; and " + _unallocated(got["unallocated"])        # block reads as neither alloc's fault
+            if expected.get("unallocated") != got.get("unallocated"):   # a count read or set on the wrong
+                said += "; and " + _unallocated(got["unallocated"])      # block shows on a free one too
             return said
         if field == "unallocated":
             return _unallocated(g)
